@@ -1,0 +1,47 @@
+"""Tasks by name: ``diffgrpo.tasks.get("gsm8k")``.
+
+Each module under this package owns one task (its data, prompt, extraction and verifier) and
+registers it with :func:`register`. Modules are imported lazily so that a task with heavy
+dependencies (math-verify) costs nothing until used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import Task, TaskError, validate_rows
+
+# task name -> module that defines it
+_MODULES = {
+    "gsm8k": "gsm8k",
+    "math": "math",
+    "math500": "math",
+    "aime2025": "aime2025",
+    "bbh_shuffled_objects": "bbh_shuffled_objects",
+    "shuffled_objects": "shuffled_objects",
+    "arithmetic": "arithmetic",
+}
+_REGISTRY: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    return sorted(_MODULES)
+
+
+def get(name: str, **options: Any) -> Task:
+    """The task called ``name``, built with ``options`` (its difficulty knobs, subsets...)."""
+    if name not in _MODULES:
+        raise TaskError(f"unknown task {name!r}; known tasks: {names()}")
+    if name not in _REGISTRY:
+        importlib.import_module(f"{__name__}.{_MODULES[name]}")
+    return _REGISTRY[name](**options)
+
+
+__all__ = ["Task", "TaskError", "get", "names", "register", "validate_rows"]
