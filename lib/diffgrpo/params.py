@@ -1,0 +1,423 @@
+"""Run parameters: layered YAML validated into typed config objects.
+
+A run is fully described by YAML files in ``params/``, applied in order:
+
+1. ``params/defaults.yaml``: every parameter, with a comment on where its value comes from;
+2. the study file(s), e.g. ``params/embedded.yaml`` (a study file may name more files to
+   layer underneath it with ``include: [other.yaml]``);
+3. overrides from the command line or a notebook's ``parameters`` cell, as a nested dict or
+   dotted keys (``{"train.max_steps": 20}``).
+
+Every layer is checked against the schema below: an unknown or misspelled key, a value of
+the wrong type or out of range is a :class:`ParamsError` that names the file and the key.
+Nothing is silently defaulted: ``defaults.yaml`` must set every key, and the effective value
+of every parameter is written beside each run's outputs (:func:`Config.to_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from .artifacts import project_root
+
+
+class ParamsError(ValueError):
+    """A parameter file or override that does not fit the schema."""
+
+
+def _spec(lo: float | None = None, hi: float | None = None, doc: str = "") -> dict[str, Any]:
+    return {"lo": lo, "hi": hi, "doc": doc}
+
+
+def _f(default: Any = dataclasses.MISSING, *, lo=None, hi=None, doc: str = "", factory=None):
+    """A schema field with an inclusive range check (``lo``/``hi``) and a doc line."""
+    meta = _spec(lo, hi, doc)
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# ------------------------------------------------------------------------------------
+# Schema. Defaults here are only placeholders for typing: the values a run uses come from
+# params/defaults.yaml, which must set every key (checked by `load`).
+# ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = _f("embedded", doc="short id used in artifact paths; probes are keyed by it")
+    path: str = _f("embedded", doc="'embedded' (the packaged default), a local folder or a hub id")
+    gguf_file: str | None = _f(None, doc="GGUF file name inside `path` (transformers gguf_file=)")
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32")
+    chat_template: bool = _f(True, doc="apply the tokenizer's chat template to prompts")
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    task: str = _f("shuffled_objects", doc="a name from diffgrpo.tasks.names()")
+    task_options: dict[str, Any] = _f(factory=dict, doc="keyword options of the task")
+    source: str | None = _f(None, doc="hub | offline | path to a local file | null (auto)")
+    train_split: str = _f("train")
+    test_split: str = _f("test")
+    pool_size: int | None = _f(None, lo=1, doc="first N rows of the train split (null: all)")
+    test_size: int | None = _f(None, lo=1, doc="first N rows of the test split (null: all)")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling settings shared by probe and evaluation."""
+
+    temperature: float = _f(1.0, lo=0.0, hi=10.0)
+    top_p: float = _f(1.0, lo=0.0, hi=1.0)
+    max_new_tokens: int = _f(64, lo=1)
+    batch_size: int = _f(64, lo=1, doc="sequences per forward batch")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    k: int = _f(8, lo=1, doc="completions per pool prompt (003: 5 GSM8K, 10 shuffled objects)")
+    sampling: SamplingConfig = _f(factory=SamplingConfig)
+    one_sample: bool = _f(True, doc="also run the one-sample base-wrong/base-right probe (001)")
+    seed: int = _f(0, lo=0)
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    strategies: list[str] = _f(factory=lambda: ["hard", "easy", "middle", "random"])
+    budget_frac: float | None = _f(0.1, lo=0.0, hi=1.0, doc="floor(frac * |pool|) prompts")
+    budget_count: int | None = _f(None, lo=1, doc="an exact count instead of a fraction")
+    seed: int = _f(0, lo=0, doc="seed of tie-breaking shuffles and of `random`")
+    max_tier: int | None = _f(None, doc="`tiers`: keep prompts with tier <= max_tier")
+    tier_bins: list[float] = _f(
+        factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], doc="p_hat bin edges when tiers come from p_hat"
+    )
+
+
+@dataclass(frozen=True)
+class LoraParams:
+    r: int = _f(16, lo=1)
+    alpha: int = _f(32, lo=1)
+    dropout: float = _f(0.0, lo=0.0, hi=1.0)
+    target_modules: list[str] = _f(
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    strategies: list[str] | None = _f(None, doc="which selections to train (null: all selected)")
+    seeds: list[int] = _f(factory=lambda: [0], doc="one run per seed and strategy")
+    max_steps: int = _f(1000, lo=1)
+    prompts_per_step: int = _f(32, lo=1)
+    group_size: int = _f(8, lo=2, doc="completions per prompt (GRPO's G)")
+    learning_rate: float = _f(3e-5, lo=0.0)
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = _f("cosine")
+    warmup_ratio: float = _f(0.0, lo=0.0, hi=1.0)
+    weight_decay: float = _f(0.0, lo=0.0)
+    max_grad_norm: float = _f(1.0, lo=0.0)
+    beta: float = _f(0.1, lo=0.0, doc="KL coefficient against the initial model (adapter off)")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = _f("grpo")
+    scale_rewards: Literal["group", "batch", "none"] = _f("group")
+    epsilon: float = _f(0.2, lo=0.0, doc="lower clip bound")
+    epsilon_high: float = _f(0.2, lo=0.0, doc="upper clip bound")
+    num_iterations: int = _f(1, lo=1, doc="policy updates per generation batch (GRPO's mu)")
+    mask_truncated_completions: bool = _f(False)
+    max_prompt_length: int | None = _f(None, lo=1)
+    max_completion_length: int = _f(256, lo=1)
+    temperature: float = _f(1.0, lo=0.0)
+    top_p: float = _f(1.0, lo=0.0, hi=1.0)
+    save_steps: int = _f(100, lo=1, doc="adapter checkpoint every N steps (and at the end)")
+    logging_steps: int = _f(1, lo=1)
+    lora: LoraParams = _f(factory=LoraParams)
+    device: Literal["cpu", "cuda"] = _f("cpu")
+    bf16: bool = _f(False)
+    gradient_checkpointing: bool = _f(False)
+    use_vllm: bool = _f(False, doc="GPU only; needs the `gpu` extra")
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    greedy: bool = _f(True, doc="greedy accuracy (temperature 0, one completion)")
+    n_samples: int = _f(8, lo=0, doc="sampled completions per test prompt (0: none)")
+    pass_k: list[int] = _f(factory=lambda: [1, 8], doc="k values of the unbiased pass@k")
+    sampling: SamplingConfig = _f(factory=SamplingConfig)
+    checkpoints: Literal["all", "final"] = _f("all")
+    seed: int = _f(1234, lo=0)
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    metric: Literal["greedy_acc", "pass@1"] = _f("greedy_acc", doc="the accuracy tables report")
+    paper: str | None = _f("003", doc="reported numbers to show beside ours (null: none)")
+
+
+@dataclass(frozen=True)
+class Config:
+    study: str = _f("embedded", doc="name of the study; outputs go to outputs/<study>/")
+    description: str = _f("", doc="what this params set reproduces, in words")
+    seed: int = _f(0, lo=0)
+    model: ModelConfig = _f(factory=ModelConfig)
+    dataset: DatasetConfig = _f(factory=DatasetConfig)
+    probe: ProbeConfig = _f(factory=ProbeConfig)
+    select: SelectConfig = _f(factory=SelectConfig)
+    train: TrainConfig = _f(factory=TrainConfig)
+    evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
+    analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **overrides: Any) -> "Config":
+        """A copy with dotted-key overrides applied and validated."""
+        return build(_merge(self.to_dict(), _expand(overrides, "overrides"), {}, "overrides"))
+
+
+# ------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------
+
+PARAMS_DIR_NAME = "params"
+DEFAULTS_FILE = "defaults.yaml"
+
+
+def params_dir() -> Path:
+    return project_root() / PARAMS_DIR_NAME
+
+
+def resolve(path: str | Path) -> Path:
+    """A params file by path, or by bare name inside params/ (``embedded`` -> params/embedded.yaml)."""
+    p = Path(path)
+    candidates = [p, params_dir() / p, params_dir() / f"{p}.yaml"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ParamsError(f"params file not found: {path} (looked in {', '.join(map(str, candidates))})")
+
+
+def load(*files: str | Path, overrides: dict[str, Any] | None = None, defaults: bool = True) -> Config:
+    """Layer ``defaults.yaml``, then ``files`` in order, then ``overrides``; validate."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # dotted key -> file that set it
+    layers = [resolve(DEFAULTS_FILE)] if defaults else []
+    for f in files:
+        layers.extend(_with_includes(resolve(f), seen=set()))
+    for path in layers:
+        merged = _merge(merged, _read_yaml(path), origin, str(path))
+    if defaults:
+        _require_complete(merged, origin)
+    if overrides:
+        merged = _merge(merged, _expand(overrides, "overrides"), origin, "overrides")
+    return build(merged, origin)
+
+
+def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
+    return _convert(Config, data, "", origin or {})
+
+
+def dump(cfg: Config) -> str:
+    """The effective parameters as YAML (written beside each run's outputs)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _with_includes(path: Path, seen: set[Path]) -> list[Path]:
+    """``path`` preceded by the files it includes (recursively), each once."""
+    if path.resolve() in seen:
+        raise ParamsError(f"{path}: include cycle")
+    seen.add(path.resolve())
+    includes = _read_yaml(path).get("include", [])
+    if isinstance(includes, str):
+        includes = [includes]
+    out: list[Path] = []
+    for inc in includes:
+        inc_path = (path.parent / inc) if (path.parent / inc).is_file() else resolve(inc)
+        out.extend(_with_includes(inc_path, seen))
+    return out + [path]
+
+
+def _expand(flat: dict[str, Any], where: str) -> dict[str, Any]:
+    """``{"train.max_steps": 5}`` -> ``{"train": {"max_steps": 5}}`` (nested dicts pass through)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if not isinstance(key, str) or not key:
+            raise ParamsError(f"{where}: keys must be non-empty strings, got {key!r}")
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"{where}: key {key!r} conflicts with another override")
+        if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+            node[parts[-1]].update(value)
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict, layer: dict, origin: dict[str, str], where: str, prefix: str = "") -> dict:
+    """Deep-merge ``layer`` onto ``base`` after checking its keys against the schema."""
+    _check_keys(layer, _schema_at(prefix), where, prefix)
+    out = dict(base)
+    for key, value in layer.items():
+        if key == "include" and not prefix:
+            continue
+        dotted = f"{prefix}{key}"
+        sub = _schema_at(dotted + ".")
+        if sub is not None and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value, origin, where, dotted + ".")
+        else:
+            out[key] = value
+            origin[dotted] = where
+    return out
+
+
+def _schema_at(prefix: str) -> type | None:
+    """The dataclass that describes the mapping at dotted ``prefix`` (``""`` is Config)."""
+    cls: type | None = Config
+    for part in [p for p in prefix.split(".") if p]:
+        fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
+        if part not in fields:
+            return None
+        cls = _dataclass_of(_hints(cls)[part])
+    return cls
+
+
+def _check_keys(layer: Any, cls: type | None, where: str, prefix: str) -> None:
+    if cls is None:
+        return  # a free-form mapping (task_options)
+    if not isinstance(layer, dict):
+        raise ParamsError(f"{where}: `{prefix.rstrip('.')}` must be a mapping, got {layer!r}")
+    known = {f.name for f in dataclasses.fields(cls)} | ({"include"} if not prefix else set())
+    for key in layer:
+        if key not in known:
+            hint = _closest(str(key), known)
+            raise ParamsError(
+                f"{where}: unknown key `{prefix}{key}`" + (f" (did you mean `{prefix}{hint}`?)" if hint else "")
+                + f"; known keys here: {sorted(known)}"
+            )
+
+
+def _require_complete(merged: dict, origin: dict[str, str], cls: type = Config, prefix: str = "") -> None:
+    for f in dataclasses.fields(cls):
+        dotted = f"{prefix}{f.name}"
+        if f.name not in merged:
+            raise ParamsError(f"{DEFAULTS_FILE}: key `{dotted}` is not set by defaults.yaml or the study file")
+        sub = _dataclass_of(_hints(cls)[f.name])
+        if sub is not None and isinstance(merged[f.name], dict):
+            _require_complete(merged[f.name], origin, sub, dotted + ".")
+
+
+def _convert(cls: type, data: Any, prefix: str, origin: dict[str, str]) -> Any:
+    where = lambda key: origin.get(key, "params")  # noqa: E731
+    if not isinstance(data, dict):
+        raise ParamsError(f"{where(prefix.rstrip('.'))}: `{prefix.rstrip('.')}` must be a mapping")
+    _check_keys(data, cls, where(prefix.rstrip(".")), prefix)
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        dotted = f"{prefix}{f.name}"
+        value = data[f.name]
+        sub = _dataclass_of(hints[f.name])
+        if sub is not None:
+            kwargs[f.name] = _convert(sub, value, dotted + ".", origin)
+        else:
+            kwargs[f.name] = _check_value(value, hints[f.name], f.metadata, dotted, where(dotted))
+    return cls(**kwargs)
+
+
+def _check_value(value: Any, tp: Any, meta: Any, key: str, where: str) -> Any:
+    try:
+        value = _coerce(value, tp)
+    except TypeError as e:
+        raise ParamsError(f"{where}: `{key}` = {value!r}: {e}") from None
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lo is not None and value < lo or hi is not None and value > hi:
+            raise ParamsError(f"{where}: `{key}` = {value!r} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a)
+            except TypeError as e:
+                errors.append(str(e))
+        raise TypeError(" or ".join(errors))
+    if origin is Literal:
+        if value not in args:
+            raise TypeError(f"expected one of {list(args)}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return [_coerce(v, args[0]) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true/false, got {type(value).__name__}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {type(value).__name__}")
+        return value
+    if tp is float:
+        # YAML reads 3e-5 as a string (YAML 1.1); accept numeric strings for floats only
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise TypeError(f"expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {type(value).__name__}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {type(value).__name__}")
+        return value
+    raise TypeError(f"unsupported type {tp}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    return tp if dataclasses.is_dataclass(tp) else None
+
+
+def _closest(key: str, known: set[str]) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return match[0] if match else None
