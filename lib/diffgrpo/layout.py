@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -42,8 +43,7 @@ def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
         "split": split or cfg.dataset.train_split,
         "pool_size": cfg.dataset.pool_size,
         "k": cfg.probe.k,
-        "sampling": vars(cfg.probe.sampling) if not hasattr(cfg.probe.sampling, "__dataclass_fields__")
-        else {f: getattr(cfg.probe.sampling, f) for f in cfg.probe.sampling.__dataclass_fields__},
+        "sampling": dataclasses.asdict(cfg.probe.sampling),
         "seed": cfg.probe.seed,
     }
 
