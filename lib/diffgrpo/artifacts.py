@@ -83,6 +83,11 @@ def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
     return path
 
 
+def jsonable(obj: Any) -> Any:
+    """``obj`` as it reads back from JSON (tuples become lists...), for comparing with a stored key."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=_json_default))
+
+
 def relative(path: str | os.PathLike, start: str | os.PathLike) -> str:
     """``path`` relative to ``start``, as manifests store it."""
     return os.path.relpath(Path(path), Path(start))

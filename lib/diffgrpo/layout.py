@@ -37,7 +37,7 @@ def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
     task = tasks.get(cfg.dataset.task, **cfg.dataset.task_options)
     return {
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file,
-                  "dtype": cfg.model.dtype, "chat_template": cfg.model.chat_template},
+                  "dtype": cfg.model.dtype},
         "task": task.describe(),
         "source": cfg.dataset.source,
         "split": split or cfg.dataset.train_split,

@@ -56,7 +56,6 @@ class ModelConfig:
     path: str = _f("embedded", doc="'embedded' (the packaged default), a local folder or a hub id")
     gguf_file: str | None = _f(None, doc="GGUF file name inside `path` (transformers gguf_file=)")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32")
-    chat_template: bool = _f(True, doc="apply the tokenizer's chat template to prompts")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,185 @@
+"""Stage 4: accuracy of the base model and of every checkpoint on the held-out test set.
+
+For each model: greedy accuracy (one completion at temperature 0) and ``n_samples`` sampled
+completions per prompt, from which pass@k is computed with the unbiased estimator of Chen et
+al. (2021) for every k in ``evaluate.pass_k`` (k <= n_samples); pass@1 is the mean sampled
+accuracy. Everything is also broken down per tier.
+
+The base model is evaluated once per test set and settings, in ``eval/base/``, and shared by
+every run (its step 0). Sampled completions use the same seed for every checkpoint, so
+strategies are compared on common random numbers. Each checkpoint's completions are written
+in resumable chunks (see :mod:`diffgrpo.sampling`); a checkpoint already evaluated with the
+same settings is not evaluated again.
+
+Files per run (``eval/<run_id>/``): ``samples.parquet`` (step, mode, prompt_id, sample,
+completion, correct, num_tokens, finished), ``summary.parquet`` (one row per step: run_id,
+strategy, seed, step, greedy_acc, pass@1, pass@k..., n_prompts) and ``tiers.parquet``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from math import comb
+from pathlib import Path
+
+import pandas as pd
+
+from . import artifacts, data, layout
+from .generation import HFGenerator
+from .models import load_model
+from .params import Config
+from .sampling import sample_and_score
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n samples (n = {n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def score_table(samples: pd.DataFrame, rows: pd.DataFrame, ks: list[int]) -> pd.DataFrame:
+    """Per-prompt scores: greedy correctness, sampled pass@1 and pass@k, with the prompt's tier."""
+    out = rows[["id", "tier"]].rename(columns={"id": "prompt_id"}).set_index("prompt_id")
+    greedy = samples[samples["mode"] == "greedy"]
+    if len(greedy):
+        out["greedy_acc"] = greedy.groupby("prompt_id")["correct"].mean()
+    sampled = samples[samples["mode"] == "sampled"]
+    if len(sampled):
+        g = sampled.groupby("prompt_id")["correct"]
+        n, c = g.size(), g.sum().astype(int)
+        out["pass@1"] = c / n
+        for k in ks:
+            if k != 1:
+                out[f"pass@{k}"] = [pass_at_k(int(n[p]), int(c[p]), k) for p in out.index]
+    return out.reset_index()
+
+
+def summarize(per_prompt: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Mean of each metric overall and per tier."""
+    metrics = [c for c in per_prompt.columns if c == "greedy_acc" or c.startswith("pass@")]
+    overall = {m: round(float(per_prompt[m].mean()), 4) for m in metrics}
+    overall["n_prompts"] = len(per_prompt)
+    tiers = per_prompt.groupby("tier", dropna=False)[metrics].mean().round(4)
+    tiers["n_prompts"] = per_prompt.groupby("tier", dropna=False).size()
+    return overall, tiers.reset_index()
+
+
+def _eval_key(cfg: Config) -> dict:
+    return {
+        "model": dataclasses.asdict(cfg.model),
+        "task": data.task_of(cfg).describe(),
+        "source": cfg.dataset.source,
+        "split": cfg.dataset.test_split,
+        "test_size": cfg.dataset.test_size,
+        "evaluate": {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"},
+    }
+
+
+def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Path | None,
+                    progress: bool, label: str) -> pd.DataFrame:
+    """Greedy and sampled completions of one model (base or base + adapter), scored."""
+    ev = cfg.evaluate
+    model, tokenizer = load_model(data.model_path(cfg), gguf_file=cfg.model.gguf_file,
+                                  adapter=adapter, dtype=cfg.model.dtype)
+    gen = HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
+    task = data.task_of(cfg)
+    key = {**_eval_key(cfg), "adapter": adapter.name if adapter else None}
+    frames = []
+    if ev.greedy:
+        g = sample_and_score(gen, task, rows, n=1, temperature=0.0, top_p=1.0,
+                             max_new_tokens=ev.sampling.max_new_tokens, seed=ev.seed,
+                             work_dir=work_dir / "greedy", key=key, progress=progress,
+                             desc=f"{label} greedy")
+        frames.append(g.assign(mode="greedy"))
+    if ev.n_samples:
+        s = sample_and_score(gen, task, rows, n=ev.n_samples, temperature=ev.sampling.temperature,
+                             top_p=ev.sampling.top_p, max_new_tokens=ev.sampling.max_new_tokens,
+                             seed=ev.seed, work_dir=work_dir / "sampled", key=key, progress=progress,
+                             desc=f"{label} sampled x{ev.n_samples}")
+        frames.append(s.assign(mode="sampled"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _check_ks(cfg: Config) -> list[int]:
+    bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= max(cfg.evaluate.n_samples, 0)]
+    if bad:
+        raise ValueError(f"evaluate.pass_k: k = {bad} needs evaluate.n_samples >= k (it is {cfg.evaluate.n_samples})")
+    return sorted(set(cfg.evaluate.pass_k))
+
+
+def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: pd.DataFrame) -> None:
+    artifacts.write_parquet(out_dir / "samples.parquet", samples)
+    artifacts.write_parquet(out_dir / "summary.parquet", summary)
+    artifacts.write_parquet(out_dir / "tiers.parquet", tiers)
+
+
+def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
+                    steps: dict[int, Path | None], progress: bool) -> Path:
+    """Evaluate the given checkpoints (step -> adapter folder, None = base); write the run's files."""
+    out_dir = layout.eval_dir(cfg, rid)
+    rows = data.load_rows(cfg, cfg.dataset.test_split)
+    ks = _check_ks(cfg)
+    all_samples, summaries, tiers = [], [], []
+    for step, adapter in sorted(steps.items()):
+        samples = _evaluate_model(cfg, rows, out_dir / "work" / f"step-{step}", adapter, progress,
+                                  label=f"{rid} step {step}")
+        overall, tier = summarize(score_table(samples, rows, ks))
+        head = {"run_id": rid, "strategy": strategy, "seed": seed, "step": step}
+        summaries.append({**head, **overall})
+        tiers.append(tier.assign(**head))
+        all_samples.append(samples.assign(step=step))
+    _write(out_dir, pd.concat(all_samples, ignore_index=True), pd.DataFrame(summaries),
+           pd.concat(tiers, ignore_index=True))
+    artifacts.write_json(out_dir / "manifest.json", {"key": _eval_key(cfg), "steps": sorted(steps)})
+    return out_dir
+
+
+def evaluate_base(cfg: Config, progress: bool = True) -> Path:
+    """The base model on the test set, once per test set and settings."""
+    out_dir = layout.eval_dir(cfg, layout.BASE_RUN)
+    manifest = out_dir / "manifest.json"
+    if manifest.exists() and artifacts.read_json(manifest).get("key") == artifacts.jsonable(_eval_key(cfg)):
+        return out_dir
+    return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress)
+
+
+def checkpoints(run_dir: Path) -> dict[int, Path]:
+    """A run's saved adapters by step."""
+    found = {}
+    for d in (run_dir / "checkpoints").glob("checkpoint-*"):
+        if (d / "adapter_config.json").exists():
+            found[int(d.name.split("-")[1])] = d
+    if not found:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no adapter checkpoints; train this run first")
+    return found
+
+
+def evaluate_run(cfg: Config, strategy: str, seed: int, progress: bool = True) -> Path:
+    """Every checkpoint of one run (or only the last, with evaluate.checkpoints = final)."""
+    run_dir = layout.run_dir(cfg, strategy, seed)
+    steps: dict[int, Path | None] = dict(checkpoints(run_dir))
+    if cfg.evaluate.checkpoints == "final":
+        last = max(steps)
+        steps = {last: steps[last]}
+    base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress))
+    out = _evaluate_steps(cfg, layout.run_id(strategy, seed), strategy, seed, steps, progress)
+    # the base model is the run's step 0
+    summary = pd.read_parquet(out / "summary.parquet")
+    base_row = base.assign(run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
+    artifacts.write_parquet(out / "summary.parquet", pd.concat([base_row, summary], ignore_index=True))
+    tiers = pd.read_parquet(out / "tiers.parquet")
+    base_tiers = pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet").assign(
+        run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
+    artifacts.write_parquet(out / "tiers.parquet", pd.concat([base_tiers, tiers], ignore_index=True))
+    return out
+
+
+def read_summary(cfg: Config, rid: str, out_dir: Path | None = None) -> pd.DataFrame:
+    path = (out_dir or layout.eval_dir(cfg, rid)) / "summary.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no evaluation of {rid!r}; run the evaluate stage")
+    return pd.read_parquet(path)
+

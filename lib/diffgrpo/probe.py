@@ -1,0 +1,111 @@
+"""Stage 1: estimate each pool prompt's difficulty under the *base* model.
+
+For every prompt of the training pool, K completions at temperature 1.0 (paper 003 section
+2.2), each scored by the task's verifier; ``p_hat = n_correct / K``. Optionally the cheaper
+one-sample probe of blog 001: one greedy completion per prompt, splitting the pool into
+base-wrong and base-right.
+
+A probe lives in a folder keyed by everything that decides its result (model, task and its
+options, split, pool size, K, sampling settings, seed: see :func:`layout.probe_key`), so a
+probe of one model is never reused to select data for another. It is resumable: completions
+are written in chunks and an interrupted probe continues at the first missing chunk.
+
+Files: ``samples.parquet`` (prompt_id, sample, completion, correct, num_tokens, finished),
+``prompts.parquet`` (id, tier, k, n_correct, p_hat, mean_tokens, base_correct),
+``one_sample.parquet`` and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import artifacts, data, layout, params
+from .generation import HFGenerator
+from .models import load_model
+from .params import Config
+from .sampling import sample_and_score
+
+
+def per_prompt(rows: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Per-prompt success rate from per-sample results, in pool order."""
+    g = samples.groupby("prompt_id", sort=False)
+    stats = pd.DataFrame({
+        "k": g["correct"].size(),
+        "n_correct": g["correct"].sum().astype(int),
+        "mean_tokens": g["num_tokens"].mean(),
+    })
+    if (stats["k"] != k).any():
+        bad = stats.index[stats["k"] != k][0]
+        raise ValueError(f"probe: prompt {bad!r} has {stats.loc[bad, 'k']} samples, expected K={k}")
+    out = rows[["id", "tier"]].merge(stats, left_on="id", right_index=True, how="left", validate="1:1")
+    if out["k"].isna().any():
+        raise ValueError(f"probe: no samples for prompt {out.loc[out['k'].isna(), 'id'].iloc[0]!r}")
+    out["p_hat"] = out["n_correct"] / out["k"]
+    return out
+
+
+def run_probe(cfg: Config, progress: bool = True) -> Path:
+    """Probe the pool (resuming if interrupted); return the probe folder."""
+    out_dir = layout.probe_dir(cfg)
+    manifest = out_dir / "manifest.json"
+    if manifest.exists() and artifacts.read_json(manifest).get("complete"):
+        return out_dir
+    key = layout.probe_key(cfg)
+    rows = data.load_rows(cfg, cfg.dataset.train_split)
+    task = data.task_of(cfg)
+    model, tokenizer = load_model(data.model_path(cfg), gguf_file=cfg.model.gguf_file, dtype=cfg.model.dtype)
+    gen = HFGenerator(model, tokenizer, batch_size=cfg.probe.sampling.batch_size)
+    s = cfg.probe.sampling
+    samples = sample_and_score(
+        gen, task, rows, n=cfg.probe.k, temperature=s.temperature, top_p=s.top_p,
+        max_new_tokens=s.max_new_tokens, seed=cfg.probe.seed, work_dir=out_dir / "work" / "samples",
+        key=key, progress=progress, desc=f"probe K={cfg.probe.k}",
+    )
+    prompts = per_prompt(rows, samples, cfg.probe.k)
+    if cfg.probe.one_sample:
+        one = sample_and_score(
+            gen, task, rows, n=1, temperature=0.0, top_p=1.0, max_new_tokens=s.max_new_tokens,
+            seed=cfg.probe.seed, work_dir=out_dir / "work" / "one_sample", key=key,
+            progress=progress, desc="one-sample probe (greedy)",
+        )
+        artifacts.write_parquet(out_dir / "one_sample.parquet", one)
+        prompts = prompts.merge(one[["prompt_id", "correct"]].rename(
+            columns={"prompt_id": "id", "correct": "base_correct"}), on="id", how="left")
+        prompts["base_correct"] = prompts["base_correct"].astype(bool)
+    artifacts.write_parquet(out_dir / "samples.parquet", samples)
+    artifacts.write_parquet(out_dir / "prompts.parquet", prompts)
+    artifacts.write_text(out_dir / "params.yaml", params.dump(cfg))
+    artifacts.write_json(manifest, {
+        "complete": True, "key": key, "n_prompts": len(prompts), "k": cfg.probe.k,
+        "mean_p_hat": round(float(prompts["p_hat"].mean()), 4),
+        "files": ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if cfg.probe.one_sample else []),
+    })
+    return out_dir
+
+
+def read_prompts(cfg: Config) -> pd.DataFrame:
+    """The per-prompt probe results for this config; a clear error when there are none."""
+    path = layout.probe_dir(cfg) / "prompts.parquet"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path}: no probe for model {cfg.model.name!r} on {cfg.dataset.task!r} with these settings; "
+            "run the probe stage (01_probe) first"
+        )
+    return pd.read_parquet(path)
+
+
+def read_samples(cfg: Config) -> pd.DataFrame:
+    return pd.read_parquet(layout.probe_dir(cfg) / "samples.parquet")
+
+
+def tier_table(prompts: pd.DataFrame) -> pd.DataFrame:
+    """Mean p_hat (the sampled pass rate) per tier, with the share of all-wrong and all-right prompts."""
+    g = prompts.groupby("tier", dropna=False)
+    return pd.DataFrame({
+        "n_prompts": g.size(),
+        "mean_p_hat": g["p_hat"].mean(),
+        "all_wrong": g["p_hat"].apply(lambda p: (p == 0).mean()),
+        "all_right": g["p_hat"].apply(lambda p: (p == 1).mean()),
+    }).round(4).reset_index()

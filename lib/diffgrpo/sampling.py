@@ -1,0 +1,59 @@
+"""Generate and score completions in resumable chunks (shared by the probe and evaluation).
+
+Prompts are processed ``chunk_size`` at a time; each finished chunk is written atomically as
+``part-<i>.parquet`` under a work folder, so an interrupted run resumes at the first missing
+chunk and loses nothing already written. Each chunk has its own seed (derived from the base
+seed and the chunk index), so a resumed run produces exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import artifacts
+from .tasks import Task
+
+SAMPLE_COLUMNS = ["prompt_id", "sample", "completion", "correct", "num_tokens", "finished"]
+
+
+def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, temperature: float,
+                     top_p: float, max_new_tokens: int, seed: int, work_dir: Path, key: dict,
+                     chunk_size: int = 128, progress: bool = True, desc: str = "sample") -> pd.DataFrame:
+    """``n`` completions per row of ``rows`` (columns id, prompt, answer), each scored by ``task``.
+
+    ``key`` describes everything that decides the result; chunks left by a run with another
+    key are discarded rather than mixed in.
+    """
+    work_dir = Path(work_dir)
+    key_file = work_dir / "key.json"
+    if key_file.exists() and artifacts.read_json(key_file) != artifacts.jsonable(key):
+        shutil.rmtree(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    artifacts.write_json(key_file, key)
+
+    chunks = [rows.iloc[i:i + chunk_size] for i in range(0, len(rows), chunk_size)]
+    parts = []
+    bar = tqdm(total=len(rows), desc=desc, unit="prompt", disable=not progress)
+    for i, chunk in enumerate(chunks):
+        part = work_dir / f"part-{i:05d}.parquet"
+        if not part.exists():
+            outs = generator.generate(
+                list(chunk["prompt"]), n=n, temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, seed=seed * 100_003 + i, progress=False,
+            )
+            records = [
+                {"prompt_id": pid, "sample": j, "completion": c.text,
+                 "correct": task.score(c.text, answer), "num_tokens": c.num_tokens, "finished": c.finished}
+                for pid, answer, completions in zip(chunk["id"], chunk["answer"], outs)
+                for j, c in enumerate(completions)
+            ]
+            artifacts.write_parquet(part, pd.DataFrame.from_records(records, columns=SAMPLE_COLUMNS))
+        parts.append(pd.read_parquet(part))
+        bar.update(len(chunk))
+    bar.close()
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SAMPLE_COLUMNS)

@@ -1,0 +1,167 @@
+"""Stage 2: choose which pool prompts GRPO trains on, from the probe's per-prompt p_hat.
+
+Policies (paper 003 section 2.3, blog 001, paper 000):
+
+- ``hard`` / ``easy``: the ``n`` lowest / highest p_hat;
+- ``middle``: the ``n`` nearest the median p_hat, all inside the interquartile range;
+- ``random``: ``n`` uniformly, without replacement;
+- ``base_wrong`` / ``base_right``: every prompt the one-sample probe got wrong / right (001);
+  ``base_wrong_matched`` / ``base_right_matched``: both cut to the smaller one's size, so the
+  comparison is at equal size;
+- ``all``: the whole pool (001's comparison);
+- ``tiers``: every prompt whose tier is at most ``select.max_tier`` (000: train on the lower
+  tiers only); with tiers from p_hat bins when the task has none.
+
+``n = floor(budget_frac * |pool|)`` or ``budget_count``; the budget applies to hard, easy,
+middle and random (the others are defined by a set, not a size). Ties in p_hat are common
+(many prompts sit at 0 or 1): they are broken by a shuffle seeded with ``select.seed``, which
+every selection file records.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pandas as pd
+
+from . import artifacts, layout
+from .params import Config
+
+BUDGETED = ("hard", "easy", "middle", "random")
+STRATEGIES = BUDGETED + (
+    "base_wrong", "base_right", "base_wrong_matched", "base_right_matched", "all", "tiers",
+)
+
+
+class SelectionError(ValueError):
+    pass
+
+
+def budget(pool_size: int, frac: float | None, count: int | None) -> int:
+    """``floor(frac * pool_size)``, or ``count``; at least 1 and at most the pool."""
+    if count is not None:
+        n = count
+    elif frac is not None:
+        n = math.floor(frac * pool_size)
+    else:
+        raise SelectionError("select: set budget_frac or budget_count")
+    if not 1 <= n <= pool_size:
+        raise SelectionError(f"select: budget of {n} prompts does not fit a pool of {pool_size}")
+    return n
+
+
+def _rng(seed: int, strategy: str) -> np.random.Generator:
+    # one stream per strategy, so adding a strategy never changes another's selection
+    return np.random.default_rng([seed, zlib.crc32(strategy.encode())])
+
+
+def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
+    """Rows sorted by ``key`` ascending, ties in a seeded random order."""
+    perm = rng.permutation(len(prompts))
+    order = perm[np.argsort(key[perm], kind="stable")]
+    return prompts.iloc[order]
+
+
+def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
+           max_tier: int | None = None, tier_bins: list[float] | None = None) -> pd.DataFrame:
+    """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``strategy``."""
+    if strategy not in STRATEGIES:
+        raise SelectionError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
+    rng = _rng(seed, strategy)
+    p = prompts["p_hat"].to_numpy(dtype=float)
+    if strategy == "hard":
+        chosen = _order(prompts, p, rng).iloc[:n]
+    elif strategy == "easy":
+        chosen = _order(prompts, -p, rng).iloc[:n]
+    elif strategy == "middle":
+        q1, med, q3 = np.quantile(p, [0.25, 0.5, 0.75])
+        inside = prompts[(p >= q1) & (p <= q3)]
+        if len(inside) < n:
+            raise SelectionError(
+                f"middle: only {len(inside)} prompts lie in the interquartile range "
+                f"[{q1:.3f}, {q3:.3f}], fewer than the budget of {n}"
+            )
+        dist = np.abs(inside["p_hat"].to_numpy(dtype=float) - med)
+        chosen = _order(inside, dist, rng).iloc[:n]
+    elif strategy == "random":
+        chosen = prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
+    elif strategy in ("base_wrong", "base_right", "base_wrong_matched", "base_right_matched"):
+        if "base_correct" not in prompts:
+            raise SelectionError(f"{strategy}: the probe has no one-sample results (set probe.one_sample)")
+        right = prompts["base_correct"].to_numpy(dtype=bool)
+        wrong_rows, right_rows = prompts[~right], prompts[right]
+        chosen = wrong_rows if strategy.startswith("base_wrong") else right_rows
+        if strategy.endswith("_matched"):
+            m = min(len(wrong_rows), len(right_rows))
+            chosen = chosen.iloc[np.sort(rng.choice(len(chosen), size=m, replace=False))]
+    elif strategy == "all":
+        chosen = prompts
+    else:  # tiers
+        tiers = prompt_tiers(prompts, tier_bins)
+        cut = max_tier if max_tier is not None else int(np.median(np.unique(tiers)))
+        chosen = prompts[tiers <= cut]
+    if len(chosen) == 0:
+        raise SelectionError(f"{strategy}: selected no prompts")
+    out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct") if c in chosen]].copy()
+    out["strategy"] = strategy
+    out["seed"] = seed
+    out["rank"] = np.arange(len(out))
+    return out.reset_index(drop=True)
+
+
+def prompt_tiers(prompts: pd.DataFrame, bins: list[float] | None) -> np.ndarray:
+    """The task's tiers, or p_hat bins numbered 1 (hardest: lowest p_hat) upwards."""
+    tier = prompts["tier"]
+    if tier.notna().all():
+        return tier.to_numpy(dtype=int)
+    edges = np.asarray(bins or [0.0, 0.25, 0.5, 0.75, 1.0])
+    # bin 1 holds the highest p_hat (easiest), so "lower tiers" means easier, as with MATH levels
+    idx = np.digitize(prompts["p_hat"].to_numpy(dtype=float), edges[1:-1], right=True)
+    return (len(edges) - 1 - idx).astype(int)
+
+
+def predicted_learnable(p_hat: np.ndarray, group_size: int) -> float:
+    """Expected share of groups with mixed rewards: mean of 1 - p^G - (1-p)^G."""
+    p = np.asarray(p_hat, dtype=float)
+    return float(np.mean(1 - p**group_size - (1 - p) ** group_size))
+
+
+def summarize(selections: dict[str, pd.DataFrame], pool: pd.DataFrame, group_size: int) -> pd.DataFrame:
+    rows = [{"strategy": "pool", "size": len(pool), "mean_p_hat": pool["p_hat"].mean(),
+             "predicted_learnable": predicted_learnable(pool["p_hat"], group_size)}]
+    for name, sel in selections.items():
+        rows.append({"strategy": name, "size": len(sel), "mean_p_hat": sel["p_hat"].mean(),
+                     "predicted_learnable": predicted_learnable(sel["p_hat"], group_size)})
+    return pd.DataFrame(rows).round(4)
+
+
+def run_select(cfg: Config) -> pd.DataFrame:
+    """Read the probe, write one parquet per strategy and ``summary.csv``; return the summary."""
+    from .probe import read_prompts
+
+    unknown = [s for s in cfg.select.strategies if s not in STRATEGIES]
+    if unknown:
+        raise SelectionError(f"select.strategies: unknown strategy {unknown}; known: {list(STRATEGIES)}")
+    prompts = read_prompts(cfg)
+    n = budget(len(prompts), cfg.select.budget_frac, cfg.select.budget_count)
+    selections = {}
+    for strategy in cfg.select.strategies:
+        sel = select(prompts, strategy, n, cfg.select.seed,
+                     max_tier=cfg.select.max_tier, tier_bins=cfg.select.tier_bins)
+        artifacts.write_parquet(layout.selection_file(cfg, strategy), sel)
+        selections[strategy] = sel
+    summary = summarize(selections, prompts, cfg.train.group_size)
+    artifacts.write_csv(layout.select_dir(cfg) / "summary.csv", summary)
+    return summary
+
+
+def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
+    out = {}
+    for strategy in cfg.select.strategies:
+        path = layout.selection_file(cfg, strategy)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no selection for strategy {strategy!r}; run the select stage")
+        out[strategy] = pd.read_parquet(path)
+    return out

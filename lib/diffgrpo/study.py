@@ -1,0 +1,66 @@
+"""Run a whole study: the five stage notebooks in order, under papermill.
+
+    python -m diffgrpo.study embedded                    # params/embedded.yaml
+    python -m diffgrpo.study embedded --set train.max_steps=20 --stages 03_train 04_evaluate
+
+The params are validated before any notebook starts; each executed notebook is kept in
+``outputs/<study>/notebooks/``; stage times go to ``outputs/<study>/timings.json``.
+Every stage skips work already done (probe chunks, finished runs, evaluated checkpoints),
+so an interrupted study resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import yaml
+
+from . import artifacts, layout, params
+from .notebooks import STAGES, run_notebook
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m diffgrpo.study", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("params_file", help="a file in params/ (name or path)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a parameter, e.g. train.max_steps=20 (repeatable)")
+    ap.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    ap.add_argument("--kernel", default="diffgrpo", help="Jupyter kernel to run the notebooks in")
+    args = ap.parse_args(argv)
+
+    overrides = parse_overrides(args.overrides)
+    cfg = params.load(args.params_file, overrides=overrides)  # fail before any work
+    out = layout.notebooks_dir(cfg)
+    timings_file = layout.study_dir(cfg) / "timings.json"
+    timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
+    total = time.perf_counter()
+    for stage in args.stages:
+        print(f"== {stage} ({cfg.study})", flush=True)
+        t0 = time.perf_counter()
+        run_notebook(stage, out / f"{stage}.ipynb",
+                     {"params_file": args.params_file, "overrides": overrides}, kernel=args.kernel)
+        timings[stage] = round(time.perf_counter() - t0, 1)
+        print(f"   {stage} done in {timings[stage]:.1f} s", flush=True)
+        artifacts.write_json(timings_file, timings)
+    print(f"study {cfg.study!r}: {time.perf_counter() - total:.1f} s; notebooks in {out}")
+    report = layout.report_dir(cfg)
+    if (report / "summary.json").exists():
+        print(f"report: {report}/ (summary.json, tables, figures)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
