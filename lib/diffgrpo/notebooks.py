@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .artifacts import atomic_path, project_root
+from .artifacts import project_root
 
 STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
@@ -39,19 +39,24 @@ def check_parameters(notebook: Path, parameters: dict[str, Any]) -> None:
 
 def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel: str | None = KERNEL,
                  progress: bool = True) -> Path:
-    """Execute one stage notebook into ``out_path`` (written atomically)."""
+    """Execute one stage notebook into ``out_path``.
+
+    The executed notebook appears at ``out_path`` only when every cell succeeded; a failed
+    run is kept beside it as ``<stage>.failed.ipynb`` with the error in place, for reading.
+    """
     import papermill
 
     nb = notebook_path(stage)
     check_parameters(nb, parameters)
-    with atomic_path(out_path) as tmp:
-        tmp_nb = tmp.with_suffix(".ipynb")
-        try:
-            papermill.execute_notebook(
-                str(nb), str(tmp_nb), parameters=parameters, kernel_name=kernel,
-                progress_bar=progress, cwd=str(nb.parent),
-            )
-        finally:
-            if tmp_nb.exists():
-                tmp_nb.replace(tmp)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    running = out_path.with_suffix(".running.ipynb")
+    try:
+        papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
+                                   progress_bar=progress, cwd=str(nb.parent))
+    except BaseException:
+        if running.exists():
+            running.replace(out_path.with_suffix(".failed.ipynb"))
+        raise
+    running.replace(out_path)
     return out_path
