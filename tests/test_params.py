@@ -1,0 +1,71 @@
+"""Params: layering, strict validation with the file and key named, effective values dumped."""
+
+import pytest
+import yaml
+
+from diffgrpo import params
+from diffgrpo.params import ParamsError
+
+
+def test_defaults_set_every_key_and_match_paper_003():
+    cfg = params.load()
+    t = cfg.train
+    # paper 003 appendix B, set explicitly rather than left to TRL 1.16's defaults
+    assert (t.group_size, t.beta, t.learning_rate, t.lr_scheduler, t.max_steps, t.prompts_per_step) == (
+        8, 0.1, 3e-5, "cosine", 1000, 32)
+    assert t.loss_type == "grpo" and cfg.select.budget_frac == 0.1 and cfg.probe.sampling.temperature == 1.0
+
+
+def test_layers_apply_in_order(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("study: s\ntrain:\n  max_steps: 7\n  lora:\n    r: 4\n")
+    cfg = params.load(study, overrides={"train.max_steps": 9, "probe": {"k": 3}})
+    assert cfg.study == "s" and cfg.train.max_steps == 9 and cfg.train.lora.r == 4
+    assert cfg.train.lora.alpha == params.load().train.lora.alpha  # untouched siblings survive
+    assert cfg.probe.k == 3
+
+
+def test_include_layers_underneath(tmp_path):
+    (tmp_path / "base.yaml").write_text("study: base\ntrain:\n  max_steps: 3\n")
+    (tmp_path / "top.yaml").write_text("include: base.yaml\nstudy: top\n")
+    cfg = params.load(tmp_path / "top.yaml")
+    assert (cfg.study, cfg.train.max_steps) == ("top", 3)
+
+
+@pytest.mark.parametrize("text, key, message", [
+    ("train:\n  max_step: 5\n", "train.max_step", "did you mean `train.max_steps`"),
+    ("trian:\n  max_steps: 5\n", "trian", "unknown key"),
+    ("train:\n  max_steps: -5\n", "train.max_steps", "out of range"),
+    ("train:\n  max_steps: ten\n", "train.max_steps", "expected an integer"),
+    ("train:\n  loss_type: dapoo\n", "train.loss_type", "expected one of"),
+    ("train:\n  lora: 16\n", "train.lora", "must be a mapping"),
+    ("select:\n  budget_frac: 1.5\n", "select.budget_frac", "out of range"),
+    ("evaluate:\n  greedy: 'yes'\n", "evaluate.greedy", "expected true/false"),
+])
+def test_bad_values_name_the_file_and_key(tmp_path, text, key, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ParamsError) as e:
+        params.load(f)
+    assert str(f) in str(e.value) and key in str(e.value) and message in str(e.value)
+
+
+def test_bad_override_is_named_as_override():
+    with pytest.raises(ParamsError, match=r"overrides: unknown key `train\.max_stpes`"):
+        params.load("embedded", overrides={"train.max_stpes": 3})
+
+
+def test_missing_file_is_named():
+    with pytest.raises(ParamsError, match="no_such_study"):
+        params.load("no_such_study")
+
+
+def test_every_params_file_in_the_repo_validates():
+    for f in sorted(params.params_dir().glob("*.yaml")):
+        params.load(f)
+
+
+def test_dump_round_trips():
+    cfg = params.load("embedded")
+    again = params.build(yaml.safe_load(params.dump(cfg)))
+    assert again == cfg

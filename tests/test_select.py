@@ -1,0 +1,107 @@
+"""Selection policies: exact sizes, the right extremes, seeded tie-breaking."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diffgrpo import select
+from diffgrpo.select import SelectionError
+
+
+@pytest.fixture
+def pool():
+    rng = np.random.default_rng(0)
+    k = 8
+    p_hat = rng.binomial(k, rng.beta(0.7, 0.7, size=500)) / k  # many ties, many 0s and 1s
+    return pd.DataFrame({
+        "id": [f"q{i:04d}" for i in range(500)], "p_hat": p_hat,
+        "tier": rng.integers(1, 6, size=500), "base_correct": rng.random(500) < p_hat,
+    })
+
+
+@pytest.mark.parametrize("frac, size", [(0.1, 500), (0.1, 37), (0.33, 500)])
+def test_budget_is_floor(frac, size):
+    assert select.budget(size, frac, None) == int(np.floor(frac * size))
+
+
+def test_budget_count_and_bad_budget():
+    assert select.budget(100, 0.1, 7) == 7
+    with pytest.raises(SelectionError):
+        select.budget(10, 0.01, None)
+
+
+@pytest.mark.parametrize("strategy", select.BUDGETED)
+def test_exact_size_unique_ids_from_pool(pool, strategy):
+    sel = select.select(pool, strategy, 50, seed=1)
+    assert len(sel) == 50 and sel["id"].is_unique and set(sel["id"]) <= set(pool["id"])
+
+
+def test_hard_and_easy_take_the_extremes(pool):
+    hard = select.select(pool, "hard", 50, seed=0)
+    easy = select.select(pool, "easy", 50, seed=0)
+    rest_hard = pool[~pool["id"].isin(hard["id"])]
+    rest_easy = pool[~pool["id"].isin(easy["id"])]
+    assert hard["p_hat"].max() <= rest_hard["p_hat"].min()
+    assert easy["p_hat"].min() >= rest_easy["p_hat"].max()
+
+
+def test_ties_are_broken_by_the_seed(pool):
+    a = select.select(pool, "hard", 50, seed=0)
+    b = select.select(pool, "hard", 50, seed=0)
+    c = select.select(pool, "hard", 50, seed=1)
+    assert list(a["id"]) == list(b["id"])
+    assert set(a["id"]) != set(c["id"])  # the pool has far more than 50 prompts at p_hat 0
+    assert (pool["p_hat"] == 0).sum() > 50
+
+
+def test_middle_stays_in_the_interquartile_range_nearest_the_median(pool):
+    sel = select.select(pool, "middle", 50, seed=0)
+    q1, med, q3 = np.quantile(pool["p_hat"], [0.25, 0.5, 0.75])
+    assert sel["p_hat"].between(q1, q3).all()
+    rest = pool[~pool["id"].isin(sel["id"]) & pool["p_hat"].between(q1, q3)]
+    assert (sel["p_hat"] - med).abs().max() <= (rest["p_hat"] - med).abs().min()
+
+
+def test_random_is_seeded_and_uniform(pool):
+    a = select.select(pool, "random", 50, seed=3)
+    assert list(a["id"]) == list(select.select(pool, "random", 50, seed=3)["id"])
+    # uniform: over many seeds every prompt is chosen about 10% of the time
+    counts = pd.concat([select.select(pool, "random", 50, seed=s)["id"] for s in range(400)]).value_counts()
+    freq = counts.reindex(pool["id"], fill_value=0) / 400
+    assert abs(freq.mean() - 0.1) < 1e-9 and freq.between(0.02, 0.2).all()
+    # and not tied to p_hat
+    assert abs(pool.set_index("id")["p_hat"].corr(freq)) < 0.15
+
+
+def test_base_wrong_and_right_and_matched(pool):
+    wrong = select.select(pool, "base_wrong", 0, seed=0)
+    right = select.select(pool, "base_right", 0, seed=0)
+    assert not wrong["base_correct"].any() and right["base_correct"].all()
+    assert len(wrong) + len(right) == len(pool)
+    mw = select.select(pool, "base_wrong_matched", 0, seed=0)
+    mr = select.select(pool, "base_right_matched", 0, seed=0)
+    assert len(mw) == len(mr) == min(len(wrong), len(right))
+    assert not mw["base_correct"].any() and mr["base_correct"].all()
+
+
+def test_all_and_tiers(pool):
+    assert len(select.select(pool, "all", 0, seed=0)) == len(pool)
+    low = select.select(pool, "tiers", 0, seed=0, max_tier=2)
+    assert set(low["tier"]) == {1, 2} and len(low) == (pool["tier"] <= 2).sum()
+
+
+def test_tiers_from_p_hat_bins_when_the_task_has_none(pool):
+    no_tier = pool.assign(tier=None)
+    tiers = select.prompt_tiers(no_tier, [0.0, 0.25, 0.5, 0.75, 1.0])
+    # tier 1 = easiest (highest p_hat), like MATH level 1
+    assert set(tiers[no_tier["p_hat"] == 1.0]) == {1} and set(tiers[no_tier["p_hat"] == 0.0]) == {4}
+
+
+def test_unknown_strategy(pool):
+    with pytest.raises(SelectionError, match="unknown strategy 'hardest'"):
+        select.select(pool, "hardest", 5, seed=0)
+
+
+def test_predicted_learnable():
+    assert select.predicted_learnable(np.array([0.0, 1.0]), 8) == 0.0
+    assert select.predicted_learnable(np.array([0.5]), 2) == pytest.approx(0.5)
