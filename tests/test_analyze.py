@@ -1,0 +1,272 @@
+"""Stage 5 on a synthetic study folder: the numbers behind every table and figure, and the
+papers' reported numbers kept as data."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+
+from diffgrpo import analyze, layout  # noqa: E402
+from diffgrpo.params import Config  # noqa: E402
+
+BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
+# final greedy accuracy = base + DELTA[strategy] + 0.01 * seed; pass@1 gains half of that
+DELTA = {"easy": 0.02, "hard": 0.12}
+# of 4 groups per step, how many have mixed rewards
+MIXED = {"easy": 1, "hard": 3}
+STEPS = (5, 10)
+
+
+def _groups(strategy: str) -> pd.DataFrame:
+    rows = []
+    for step in (1, 2):
+        for i in range(4):
+            rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[strategy] else [1.0] * 4
+            rows.append({"step": step, "prompt_id": f"p{i}", "rewards": rewards,
+                         "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards, ddof=1)),
+                         "learnable": bool(np.ptp(rewards) > 0)})
+    return pd.DataFrame(rows)
+
+
+def _acc(strategy: str, seed: int, step: int) -> dict:
+    """Accuracy rising linearly to the final value at the last checkpoint."""
+    d = (DELTA[strategy] + 0.01 * seed) * step / STEPS[-1]
+    return {"greedy_acc": BASE["greedy_acc"] + d, "pass@1": BASE["pass@1"] + d / 2, "pass@8": BASE["pass@8"] + d}
+
+
+def _tiers(rid: str, strategy: str, seed, step: int, acc: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"tier": t, "greedy_acc": acc["greedy_acc"] + (0.1 if t == 1 else -0.1),
+                          "pass@1": acc["pass@1"], "n_prompts": 10, "run_id": rid, "strategy": strategy,
+                          "seed": seed, "step": step} for t in (1, 2)])
+
+
+def _write_eval(root, rid, strategy, seed, accs: dict[int, dict]) -> None:
+    out = root / "eval" / rid
+    out.mkdir(parents=True)
+    pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": 20}
+                  for s, a in accs.items()]).to_parquet(out / "summary.parquet")
+    pd.concat([_tiers(rid, strategy, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
+
+
+def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
+    """A study folder as the train, evaluate and select stages write it (2 strategies x 2 seeds)."""
+    _write_eval(root, layout.BASE_RUN, layout.BASE_RUN, None, {0: BASE})
+    for strategy in strategies:
+        for seed in seeds:
+            rid = layout.run_id(strategy, seed)
+            run = root / "runs" / rid
+            run.mkdir(parents=True)
+            manifest = {"model": {"name": "tiny", "path": "x"}, "task": {"name": "shuffled_objects"},
+                        "strategy": strategy, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
+                        "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
+            (run / "manifest.json").write_text(json.dumps(manifest))
+            _groups(strategy).to_parquet(run / "groups.parquet")
+            # the evaluate stage repeats the base row as each run's step 0
+            _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}})
+    select = root / "select"
+    select.mkdir()
+    for strategy, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
+        pd.DataFrame({"id": [f"{strategy}{i}" for i in range(len(p_hats))], "p_hat": p_hats, "tier": 1,
+                      "strategy": strategy, "seed": 0}).to_parquet(select / f"{strategy}.parquet")
+    return root
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    cfg = Config(study="synthetic")
+    make_study(layout.study_dir(cfg))
+    return cfg
+
+
+# ---- learnable % ------------------------------------------------------------------------
+
+
+def test_learnable_pct_counts_groups_with_mixed_rewards():
+    groups = pd.DataFrame({"step": [1, 1, 2, 2], "prompt_id": ["a", "b", "a", "b"],
+                           "rewards": [[1, 1, 1], [0, 1, 0], [0, 0, 0], [1.0, 0.0, 1.0]]})
+    assert analyze.learnable_pct(groups) == 50.0
+    with pytest.raises(ValueError):
+        analyze.learnable_pct(groups.iloc[:0])
+
+
+# ---- collecting runs --------------------------------------------------------------------
+
+
+def test_collect_runs_gains_and_learnable(study):
+    runs = analyze.collect_runs(study)
+    assert list(runs.columns) == ["model", "dataset", "strategy", "seed", "base_acc", "final_acc",
+                                  "gain_pp", "learnable_pct", "steps"]
+    assert list(zip(runs["strategy"], runs["seed"])) == [("easy", 0), ("easy", 1), ("hard", 0), ("hard", 1)]
+    assert runs["gain_pp"].tolist() == pytest.approx([2.0, 3.0, 12.0, 13.0])
+    assert runs["learnable_pct"].tolist() == [25.0, 25.0, 75.0, 75.0]
+    assert set(runs["model"]) == {"tiny"} and set(runs["dataset"]) == {"shuffled_objects"}
+    assert (runs["steps"] == 10).all() and (runs["base_acc"] == 0.40).all()
+    sampled = analyze.collect_runs(layout.study_dir(study), metric="pass@1")
+    assert sampled["gain_pp"].tolist() == pytest.approx([1.0, 1.5, 6.0, 6.5])
+
+
+def test_incomplete_runs_are_skipped_with_a_warning(study):
+    run = layout.run_dir(study, "hard", 7)
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"strategy": "hard", "seed": 7, "status": "running"}))
+    with pytest.warns(UserWarning, match="hard-seed7"):
+        runs = analyze.collect_runs(study)
+    assert len(runs) == 4
+
+
+def test_missing_eval_summary_names_the_file(study):
+    (layout.eval_dir(study, "hard-seed1") / "summary.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match="hard-seed1"):
+        analyze.collect_runs(study)
+
+
+# ---- regression ---------------------------------------------------------------------------
+
+
+def test_fit_line_matches_numpy():
+    x, y = np.array([3.0, 10.0, 24.0, 30.0, 41.0]), np.array([1.0, 12.0, 20.0, 35.0, 38.0])
+    fit = analyze.fit_line(x, y)
+    slope, intercept = np.polyfit(x, y, 1)
+    assert fit["slope"] == pytest.approx(slope, abs=1e-4)
+    assert fit["intercept"] == pytest.approx(intercept, abs=1e-4)
+    assert fit["r2"] == pytest.approx(np.corrcoef(x, y)[0, 1] ** 2, abs=1e-4)
+    assert fit["n"] == 5 and fit["note"] is None
+
+
+@pytest.mark.parametrize("x, y, why", [([1, 2], [1, 2], "at least 3"), ([5, 5, 5], [1, 2, 3], "same learnable"),
+                                       ([1, 2, 3], [4, 4, 4], "same gain")])
+def test_fit_line_says_why_r2_is_undefined(x, y, why):
+    fit = analyze.fit_line(x, y)
+    assert fit["r2"] is None and why in fit["note"]
+
+
+def test_paper_regression_from_reported_numbers():
+    """003's Figure 3 states R^2 = 0.66; its 28 (learnable %, gain) points (Tables 1+2: 3 models
+    x 2 datasets x 4 strategies, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
+    0.670 and the 16 GSM8K points 0.659, the subset nearest the stated value."""
+    rep = analyze.reported(["003"])
+    points = analyze.paper_points(rep)
+    assert len(points) == 28
+    fit = analyze.paper_regression(points, rep)
+    assert fit["n"] == 28 and fit["r2"] == pytest.approx(0.6407, abs=1e-3)
+    assert fit["slope"] == pytest.approx(0.8729, abs=1e-3)
+    assert "0.66" in fit["note"] and "gsm8k only" in fit["note"]
+    regs = analyze.paper_regressions(points).set_index("subset")
+    assert regs.loc["Tables 1+2", "n"] == 24 and regs.loc["Tables 1+2", "r2"] == pytest.approx(0.6699, abs=1e-3)
+    assert regs.loc["gsm8k only", "n"] == 16 and regs.loc["gsm8k only", "r2"] == pytest.approx(0.6591, abs=1e-3)
+
+
+def test_reported_numbers_keep_every_paper():
+    rep = analyze.reported()
+    assert list(rep.columns) == analyze.REPORTED_COLUMNS and (rep["source"] != "").all()
+    value = lambda **kw: rep.loc[np.logical_and.reduce([rep[k] == v for k, v in kw.items()]), "value"].item()  # noqa: E731
+    assert value(table="Table 1", dataset="gsm8k", model="Qwen/Qwen3-14B", strategy="hard") == 39.42
+    assert value(table="Table 2", dataset="bbh_shuffled_objects", model="microsoft/phi-4", strategy="random") == 19.3
+    assert value(table="Table 3", metric="learnable_pct", strategy="hard") == 55.2
+    assert value(table="Table 4", strategy="middle") == 26.7 and value(metric="r2") == 0.66
+    assert value(paper="001", metric="rel_gain_vs_base_right_pct") == 14.3
+    assert value(paper="001", strategy="all") == 82 and value(paper="001", metric="accuracy_pct", strategy="base_wrong") == 85
+    assert value(paper="000", metric="steps_to_match_all_pct") == 45
+    assert sorted(rep.loc[rep["paper"] == "000", "value"]) == [3, 5, 45]
+    assert sorted(rep.loc[rep["paper"] == "002", "value"]) == [35.3, 50.0, 51.9, 77.1, 89.2]
+    assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 3, "002": 5, "003": 62}
+    with pytest.raises(ValueError, match="004"):
+        analyze.reported(["004"])
+
+
+# ---- tables and figures' data -----------------------------------------------------------
+
+
+def test_accuracy_curves_start_at_the_base_model(study):
+    root = layout.study_dir(study)
+    evals = analyze.read_evals(root, ["easy-seed0", "easy-seed1", "hard-seed0", "hard-seed1"])
+    curves = analyze.accuracy_curves(evals, "greedy_acc")
+    hard = curves[curves["strategy"] == "hard"].set_index("step")
+    assert list(hard.index) == [0, 5, 10]
+    assert hard["value"].tolist() == pytest.approx([0.40, 0.4625, 0.525])
+    assert hard["n"].tolist() == [2, 2, 2] and hard.loc[10, "sd"] == pytest.approx(np.std([0.52, 0.53], ddof=1))
+
+
+def test_steps_to_match_the_all_run():
+    curves = pd.DataFrame({"strategy": ["all"] * 3 + ["tiers"] * 3 + ["easy"] * 3, "step": [0, 50, 100] * 3,
+                           "value": [0.4, 0.5, 0.6, 0.4, 0.6, 0.7, 0.4, 0.45, 0.5]})
+    out = analyze.steps_to_match(curves).set_index("strategy")["value"]
+    assert out["tiers"] == 50.0 and np.isnan(out["easy"])
+
+
+def test_tiers_and_selections(study):
+    root = layout.study_dir(study)
+    ids = ["easy-seed0", "easy-seed1", "hard-seed0", "hard-seed1"]
+    tiers = analyze.tier_accuracy(analyze.read_evals(root, ids, "tiers.parquet"),
+                                  analyze.read_evals(root, ids), "greedy_acc")
+    t = tiers.set_index(["strategy", "tier"])["value"]
+    assert list(tiers["strategy"].unique()) == ["base", "easy", "hard"]
+    assert t["base", 1] == pytest.approx(0.5) and t["hard", 2] == pytest.approx(0.425)
+    selected = analyze.selection_p_hat(root)
+    assert selected.groupby("strategy").size().to_dict() == {"easy": 3, "hard": 4}
+
+
+def test_verdict_flags_when_no_strategy_beats_the_base():
+    runs = pd.DataFrame({"strategy": ["easy", "hard"], "seed": [0, 0], "base_acc": [0.5, 0.5],
+                         "final_acc": [0.48, 0.49], "gain_pp": [-2.0, -1.0]})
+    assert analyze.verdict(runs, "greedy_acc").startswith("no strategy beat the base model")
+    assert analyze.best_strategy(runs) == "hard"
+
+
+# ---- the report -------------------------------------------------------------------------
+
+REPORT_FILES = {
+    "runs.csv", "runs.md", "table1_gain.csv", "table1_gain.md", "table2_learnable.csv", "table2_learnable.md",
+    "table4_pass_k.csv", "table4_pass_k.md", "table_accuracy.csv", "table_accuracy.md", "steps_to_match.csv",
+    "steps_to_match.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
+    "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
+    "fig_tiers.png", "summary.json",
+}
+
+
+def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
+    summary = analyze.report(study)
+    out = layout.report_dir(study)
+    assert {p.name for p in out.iterdir()} == REPORT_FILES
+    text = (out / "summary.json").read_text()
+    assert json.loads(text) == summary and str(tmp_path) not in text
+
+    assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression"}
+    assert summary["metric"] == "greedy_acc" and summary["best"] == "hard" and summary["skipped"] == []
+    assert summary["runs"][0] == {"model": "tiny", "dataset": "shuffled_objects", "strategy": "easy", "seed": 0,
+                                  "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
+                                  "steps": 10}
+    assert summary["verdict"] == ("hard gained +12.5 points greedy accuracy over the base (0.40 -> 0.53); "
+                                  "easy gained the least (+2.5) (means over up to 2 seeds)")
+    x, y = [25, 25, 75, 75], [2, 3, 12, 13]
+    slope, intercept = np.polyfit(x, y, 1)
+    assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note"}
+    assert summary["regression"]["n"] == 4 and summary["regression"]["slope"] == pytest.approx(slope, abs=1e-4)
+    assert summary["regression"]["intercept"] == pytest.approx(intercept, abs=1e-4)
+    assert summary["regression"]["r2"] == pytest.approx(np.corrcoef(x, y)[0, 1] ** 2, abs=1e-4)
+    assert summary["paper_regression"]["n"] == 28
+
+    table1 = pd.read_csv(out / "table1_gain.csv")
+    ours = table1[table1["source"] == "ours"].set_index("strategy")
+    assert ours.loc["hard", "value"] == pytest.approx(12.5) and ours.loc["hard", "n"] == 2
+    assert set(table1["source"]) == {"ours", "003 Table 1", "003 Table 3"} and len(table1) == 2 + 28
+    md = (out / "table1_gain.md").read_text()
+    assert "| ours | shuffled_objects | tiny | gain_pp | 2.50 ± 0.71 |  | 12.50 ± 0.71 |  |" in md
+    pass_k = pd.read_csv(out / "table4_pass_k.csv")
+    assert pass_k.loc[pass_k["source"] == "ours", "strategy"].tolist() == ["base", "easy", "hard"]
+    assert "14.3" in (out / "paper_tables.md").read_text()
+
+
+def test_report_without_a_paper(study):
+    summary = analyze.report(study.replace(**{"analyze.paper": None, "analyze.metric": "pass@1"}))
+    assert summary["metric"] == "pass@1" and summary["paper_regression"]["n"] == 0
+    assert summary["paper_regression"]["r2"] is None and summary["paper_regression"]["note"]
+    table1 = pd.read_csv(layout.report_dir(study) / "table1_gain.csv")
+    assert set(table1["source"]) == {"ours"}
