@@ -14,7 +14,18 @@ Extra columns a task finds useful (``level``, ``type``, ...) may follow.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+import functools
+import json
+import logging
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
 import pandas as pd
 
@@ -76,3 +87,183 @@ def validate_rows(df: pd.DataFrame, where: str) -> pd.DataFrame:
     if len(dup):
         raise TaskError(f"{where}: duplicate ids, e.g. {dup.iloc[0]!r}")
     return df.reset_index(drop=True)
+
+
+# ---- where rows come from ---------------------------------------------------------------
+# Shared by the tasks whose data lives on the Hugging Face hub.
+
+log = logging.getLogger("diffgrpo.tasks")
+
+#: seconds to wait for the hub before taking it as unreachable
+HUB_TIMEOUT_S = 5.0
+
+
+@functools.lru_cache(maxsize=1)
+def hub_usable() -> bool:
+    """Whether ``datasets.load_dataset`` can be asked for hub data without hanging.
+
+    On a machine without network, ``load_dataset`` retries for about 25 s before it fails, so
+    a short request goes first (in a thread: a DNS lookup ignores socket timeouts). In HF offline
+    mode (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``) datasets reads its local cache and never
+    touches the network, so the answer is yes. Checked once per process.
+    """
+    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return True
+    url = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/") + "/api/datasets"
+    answered: list[bool] = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_TIMEOUT_S)
+            answered.append(True)
+        except urllib.error.HTTPError:  # an HTTP error is still an answer
+            answered.append(True)
+        except Exception:
+            answered.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT_S + 1)
+    return bool(answered and answered[0])
+
+
+def load_hub(repo: str, config: str | None, split: str) -> pd.DataFrame:
+    import datasets  # heavy; only when the hub is used
+
+    return datasets.load_dataset(repo, config, split=split).to_pandas()
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Rows of a local .jsonl, .json, .parquet or .csv file, values as written: no dtype
+    guessing, so an answer "033" stays the string "033"."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        with open(path, encoding="utf-8") as fh:
+            return pd.DataFrame([json.loads(line) for line in fh if line.strip()])
+    if suffix == ".json":
+        return pd.DataFrame(json.loads(path.read_text(encoding="utf-8")))
+    if suffix == ".parquet":
+        return pd.read_parquet(path)
+    if suffix == ".csv":
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    raise TaskError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json, .parquet or .csv")
+
+
+def rows_from(
+    source: str | None, task: str, hub: Callable[[], pd.DataFrame], offline: Callable[[], pd.DataFrame]
+) -> tuple[pd.DataFrame, str]:
+    """Raw rows from ``source`` and a word saying where they came from.
+
+    ``source``: "hub", "offline", a local file in the hub's schema, or None (the hub where
+    usable, else offline, with a warning that says so).
+    """
+    if source in (None, "hub"):
+        if not hub_usable():
+            if source == "hub":
+                raise TaskError(f"{task}: the Hugging Face hub is unreachable; use source='offline' or a local file")
+            log.warning("%s: the Hugging Face hub is unreachable; loading the offline copy", task)
+        else:
+            try:
+                return hub(), "hub"
+            except Exception as err:
+                if source == "hub":
+                    raise TaskError(f"{task}: loading from the Hugging Face hub failed: {err}") from err
+                log.warning("%s: loading from the Hugging Face hub failed (%s); loading the offline copy", task, err)
+    if source in (None, "offline"):
+        return offline(), "offline"
+    if not Path(source).is_file():
+        raise TaskError(f"{task}: source {source!r} is neither 'hub', 'offline' nor an existing file")
+    return read_table(source), str(source)
+
+
+# ---- answers ----------------------------------------------------------------------------
+# Final-answer extraction shared by the numeric tasks (gsm8k, aime2025, arithmetic) and math.
+
+_BOX = re.compile(r"\\(?:boxed|fbox)")
+# a number not glued to a word before it ("x2", "5-3" give no sign), thousands groups allowed
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)", re.IGNORECASE)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces kept), or the
+    token after ``\\boxed 5``; None when there is none or its braces never close (a
+    completion cut off mid-answer)."""
+    starts = [m.end() for m in _BOX.finditer(text)]
+    if not starts:
+        return None
+    rest = text[starts[-1] :]
+    body = rest.lstrip()
+    if not body.startswith("{"):
+        token = re.match(r"[^\s$]+", body) if rest[:1].isspace() else None
+        return token.group().rstrip(".") if token else None
+    depth = 0
+    for i, ch in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            return body[1:i].strip()
+    return None
+
+
+def answer_is(text: str) -> str | None:
+    """What follows the last "answer is" / "Answer:" up to the end of its line (the next line
+    when the phrase ends one), or None."""
+    found = list(_ANSWER_IS.finditer(text))
+    if not found:
+        return None
+    rest = text[found[-1].end() :].lstrip(" \t:*")
+    return next((line for line in rest.split("\n") if line.strip()), None)
+
+
+def normalize_number(text: str) -> str | None:
+    """The first number in ``text`` written one canonical way, or None.
+
+    Traps this avoids (``int()`` fails on all of them): thousands separators ("1,000",
+    "1{,}000", "1\\,000"), currency and units ("$18", "18 dollars", "18 cm"), trailing
+    zeros ("18.00" -> "18", "18.50" -> "18.5"), signs ("+3" -> "3", "-0" -> "0"), leading
+    zeros ("033" -> "33") and percentages ("25%" -> "25": GSM8K's golds drop the sign).
+    Fractions ("1/2", "\\frac{1}{2}") become "0.5", or "1/3" where not a finite decimal.
+    After an "=", only what follows the last one counts ("x = 5", "3 + 4 = 7").
+    """
+    m = _NUMBER.search(_plain(text).rsplit("=", 1)[-1])
+    if not m:
+        return None
+    token = m.group().replace(",", "").replace(" ", "")
+    num, _, den = token.partition("/")
+    if den and int(den) == 0:
+        return None
+    value = Fraction(Decimal(num)) / (int(den) if den else 1)
+    if value.denominator == 1:
+        return str(value.numerator)
+    d = value.denominator
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
+    if d != 1:
+        return f"{value.numerator}/{value.denominator}"
+    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")
+
+
+def extract_number(completion: str) -> str | None:
+    """A completion's final numeric answer: after the last "####", else the last \\boxed{},
+    else after the last "answer is", else the last number anywhere; normalised."""
+    for segment in (
+        completion.rsplit("####", 1)[1].split("\n", 1)[0] if "####" in completion else None,
+        last_boxed(completion),
+        answer_is(completion),
+    ):
+        got = normalize_number(segment) if segment else None
+        if got is not None:
+            return got
+    numbers = _NUMBER.findall(_plain(completion))
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def _plain(text: str) -> str:
+    """LaTeX number spellings as plain text: "1{,}000" / "1\\,000" -> "1,000"/"1000",
+    "\\frac{1}{2}" -> "1/2", a Unicode minus -> "-"."""
+    text = text.replace("{,}", ",").replace("\\,", "").replace("\\!", "").replace("\u2212", "-")
+    return _FRAC.sub(r"\1/\2", text)
