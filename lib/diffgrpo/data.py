@@ -15,7 +15,12 @@ def task_of(cfg: Config) -> tasks.Task:
 
 
 def load_rows(cfg: Config, split: str) -> pd.DataFrame:
-    """The task's rows of ``split``, cut to ``pool_size`` (train split) or ``test_size`` (test split)."""
+    """The task's rows of ``split``, cut to ``pool_size`` (train split) or ``test_size`` (test split).
+
+    The cut is a sample seeded by the study's ``seed``, kept in source order: sources list
+    their rows grouped (MATH by subject, BBH by number of objects), so the first N rows would
+    be one subject or one tier.
+    """
     df = task_of(cfg).load(split, source=cfg.dataset.source)
     limit = cfg.dataset.pool_size if split == cfg.dataset.train_split else cfg.dataset.test_size
     if limit is not None:
@@ -24,7 +29,7 @@ def load_rows(cfg: Config, split: str) -> pd.DataFrame:
                 f"dataset.{'pool_size' if split == cfg.dataset.train_split else 'test_size'} = {limit} "
                 f"but split {split!r} of task {cfg.dataset.task!r} has only {len(df)} rows"
             )
-        df = df.iloc[:limit].reset_index(drop=True)
+        df = df.sample(n=limit, random_state=cfg.seed).sort_index().reset_index(drop=True)
     return df
 
 

@@ -65,8 +65,8 @@ class DatasetConfig:
     source: str | None = _f(None, doc="hub | offline | path to a local file | null (auto)")
     train_split: str = _f("train")
     test_split: str = _f("test")
-    pool_size: int | None = _f(None, lo=1, doc="first N rows of the train split (null: all)")
-    test_size: int | None = _f(None, lo=1, doc="first N rows of the test split (null: all)")
+    pool_size: int | None = _f(None, lo=1, doc="a seeded sample of N train rows (null: all)")
+    test_size: int | None = _f(None, lo=1, doc="a seeded sample of N test rows (null: all)")
 
 
 @dataclass(frozen=True)
