@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import tasks
@@ -14,23 +15,42 @@ def task_of(cfg: Config) -> tasks.Task:
     return tasks.get(cfg.dataset.task, **cfg.dataset.task_options)
 
 
-def load_rows(cfg: Config, split: str) -> pd.DataFrame:
-    """The task's rows of ``split``, cut to ``pool_size`` (train split) or ``test_size`` (test split).
+def load_pool(cfg: Config) -> pd.DataFrame:
+    """The training pool: ``dataset.pool_size`` rows of the train split (all when null)."""
+    return _cut(cfg, "pool")
 
-    The cut is a sample seeded by the study's ``seed``, kept in source order: sources list
-    their rows grouped (MATH by subject, BBH by number of objects), so the first N rows would
-    be one subject or one tier.
+
+def load_test(cfg: Config) -> pd.DataFrame:
+    """The held-out set: ``dataset.test_size`` rows of the test split (all when null)."""
+    return _cut(cfg, "test")
+
+
+def _cut(cfg: Config, role: str) -> pd.DataFrame:
+    """A sample seeded by the study's ``seed``, kept in source order.
+
+    Sources list their rows grouped (MATH by subject, BBH by number of objects), so the first
+    N rows would be one subject or one tier. When the pool and the held-out set come from the
+    same split (offline GSM8K has only its test file), both are cut from one seeded
+    permutation, the pool first, so they never share a row.
     """
-    df = task_of(cfg).load(split, source=cfg.dataset.source)
-    limit = cfg.dataset.pool_size if split == cfg.dataset.train_split else cfg.dataset.test_size
-    if limit is not None:
-        if limit > len(df):
-            raise ValueError(
-                f"dataset.{'pool_size' if split == cfg.dataset.train_split else 'test_size'} = {limit} "
-                f"but split {split!r} of task {cfg.dataset.task!r} has only {len(df)} rows"
-            )
-        df = df.sample(n=limit, random_state=cfg.seed).sort_index().reset_index(drop=True)
-    return df
+    d = cfg.dataset
+    split = d.train_split if role == "pool" else d.test_split
+    df = task_of(cfg).load(split, source=d.source)
+    same = d.train_split == d.test_split
+    sizes = {"pool": d.pool_size, "test": d.test_size}
+    if same and None in sizes.values():
+        raise ValueError("dataset: train_split == test_split needs both pool_size and test_size set, "
+                         "so that the pool and the held-out set can be disjoint")
+    need = sum(sizes.values()) if same else sizes[role]
+    if need is None:
+        return df
+    if need > len(df):
+        raise ValueError(f"dataset.{role}_size: {need} rows wanted but split {split!r} of task "
+                         f"{d.task!r} has only {len(df)}")
+    order = np.random.default_rng(cfg.seed).permutation(len(df))
+    start = sizes["pool"] if same and role == "test" else 0
+    chosen = np.sort(order[start:start + sizes[role]])
+    return df.iloc[chosen].reset_index(drop=True)
 
 
 def model_path(cfg: Config) -> Path | str:

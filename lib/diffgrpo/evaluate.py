@@ -120,7 +120,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
                     steps: dict[int, Path | None], progress: bool) -> Path:
     """Evaluate the given checkpoints (step -> adapter folder, None = base); write the run's files."""
     out_dir = layout.eval_dir(cfg, rid)
-    rows = data.load_rows(cfg, cfg.dataset.test_split)
+    rows = data.load_test(cfg)
     ks = _check_ks(cfg)
     all_samples, summaries, tiers = [], [], []
     for step, adapter in sorted(steps.items()):

@@ -53,7 +53,7 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
     if manifest.exists() and artifacts.read_json(manifest).get("complete"):
         return out_dir
     key = layout.probe_key(cfg)
-    rows = data.load_rows(cfg, cfg.dataset.train_split)
+    rows = data.load_pool(cfg)
     task = data.task_of(cfg)
     model, tokenizer = load_model(data.model_path(cfg), gguf_file=cfg.model.gguf_file, dtype=cfg.model.dtype)
     gen = HFGenerator(model, tokenizer, batch_size=cfg.probe.sampling.batch_size)

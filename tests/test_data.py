@@ -1,0 +1,35 @@
+"""The pool and the held-out set a study's params point at."""
+
+import pytest
+
+from diffgrpo import data, params
+
+
+def test_pool_and_test_are_seeded_samples_in_source_order():
+    cfg = params.load("tiny")
+    pool = data.load_pool(cfg)
+    assert len(pool) == cfg.dataset.pool_size
+    assert pool.equals(data.load_pool(cfg))
+    full = data.task_of(cfg).load(cfg.dataset.train_split)
+    positions = full.reset_index().set_index("id").loc[pool["id"], "index"]
+    assert positions.is_monotonic_increasing and positions.iloc[-1] > cfg.dataset.pool_size  # not the first rows
+    assert set(pool["id"]) != set(data.load_pool(cfg.replace(seed=1))["id"])
+
+
+def test_same_split_pool_and_test_are_disjoint():
+    cfg = params.load("tiny", overrides={"dataset.test_split": "train", "dataset.test_size": 30})
+    pool, test = data.load_pool(cfg), data.load_test(cfg)
+    assert len(pool) == cfg.dataset.pool_size and len(test) == 30
+    assert not set(pool["id"]) & set(test["id"])
+
+
+def test_same_split_needs_both_sizes():
+    cfg = params.load("tiny", overrides={"dataset.test_split": "train", "dataset.test_size": None})
+    with pytest.raises(ValueError, match="disjoint"):
+        data.load_test(cfg)
+
+
+def test_too_large_a_pool_is_named():
+    cfg = params.load("tiny", overrides={"dataset.pool_size": 10**6})
+    with pytest.raises(ValueError, match="dataset.pool_size"):
+        data.load_pool(cfg)

@@ -1,0 +1,112 @@
+"""Probe and evaluation: per-prompt statistics, unbiased pass@k, resuming after an interruption."""
+
+from math import comb
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diffgrpo import evaluate, layout, params, probe, sampling
+from diffgrpo.generation import Completion
+from diffgrpo.tasks import get
+
+
+class ScriptedGenerator:
+    """Answers the shuffled-objects question right for the first ``right`` samples of a
+    prompt whose tier is even, wrong otherwise; can fail after ``fail_after`` calls."""
+
+    def __init__(self, task, rows, fail_after=None):
+        self.task, self.calls, self.fail_after = task, 0, fail_after
+        self.by_prompt = {str(p): (a, t) for p, a, t in zip(rows["prompt"], rows["answer"], rows["tier"])}
+
+    def generate(self, prompts, n, temperature, top_p, max_new_tokens, seed, progress, desc="g"):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        out = []
+        for p in prompts:
+            answer, tier = self.by_prompt[str(p)]
+            right = n // 2 if tier % 2 == 0 else 0
+            out.append([Completion(f"Answer: {answer if j < right else 'Nobody'}", 3, True) for j in range(n)])
+        return out
+
+
+def test_pass_at_k_matches_the_definition():
+    for n, c, k in [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 8, 8), (10, 1, 5)]:
+        brute = 1 - comb(n - c, k) / comb(n, k) if n - c >= k else 1.0
+        assert evaluate.pass_at_k(n, c, k) == pytest.approx(brute)
+    assert evaluate.pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
+    with pytest.raises(ValueError):
+        evaluate.pass_at_k(4, 1, 5)
+
+
+def test_score_table_and_summary_per_tier():
+    rows = pd.DataFrame({"id": ["a", "b"], "tier": [1, 2]})
+    samples = pd.DataFrame({
+        "prompt_id": ["a", "b"] + ["a"] * 4 + ["b"] * 4, "mode": ["greedy"] * 2 + ["sampled"] * 8,
+        "correct": [1.0, 0.0, 1, 1, 0, 0, 0, 0, 0, 1],
+    })
+    table = evaluate.score_table(samples, rows, [1, 4])
+    assert list(table["greedy_acc"]) == [1.0, 0.0]
+    assert list(table["pass@1"]) == [0.5, 0.25]
+    assert list(table["pass@4"]) == [1.0, 1.0]
+    overall, tiers = evaluate.summarize(table)
+    assert overall == {"greedy_acc": 0.5, "pass@1": 0.375, "pass@4": 1.0, "n_prompts": 2}
+    assert list(tiers["tier"]) == [1, 2] and list(tiers["pass@1"]) == [0.5, 0.25]
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    return params.load("tiny", overrides={"dataset.pool_size": 40})
+
+
+def _patch_generator(monkeypatch, module, gen):
+    monkeypatch.setattr(module, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(module, "HFGenerator", lambda *a, **k: gen)
+
+
+def test_probe_resumes_where_it_stopped(cfg, monkeypatch):
+    from diffgrpo import data
+
+    rows = data.load_pool(cfg)
+    task = get(cfg.dataset.task, **cfg.dataset.task_options)
+    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    # chunks of 16 prompts: the K-sample pass has 3 chunks; fail during the second
+    monkeypatch.setattr(probe, "sample_and_score",
+                        lambda *a, **k: sampling.sample_and_score(*a, **{**k, "chunk_size": 16}))
+    flaky = ScriptedGenerator(task, rows, fail_after=1)
+    _patch_generator(monkeypatch, probe, flaky)
+    with pytest.raises(KeyboardInterrupt):
+        probe.run_probe(cfg, progress=False)
+    work = layout.probe_dir(cfg) / "work" / "samples"
+    assert len(list(work.glob("part-*.parquet"))) == 1
+    assert not (layout.probe_dir(cfg) / "prompts.parquet").exists()
+
+    resumed = ScriptedGenerator(task, rows)
+    _patch_generator(monkeypatch, probe, resumed)
+    probe.run_probe(cfg, progress=False)
+    assert resumed.calls == 2 + 3  # the 2 missing K-sample chunks, then the one-sample pass
+    prompts = probe.read_prompts(cfg)
+    assert len(prompts) == 40 and (prompts["k"] == cfg.probe.k).all()
+    expected = np.where(prompts["tier"] % 2 == 0, (cfg.probe.k // 2) / cfg.probe.k, 0.0)
+    assert np.allclose(prompts["p_hat"], expected)
+    assert not prompts.loc[prompts["tier"] % 2 == 1, "base_correct"].any()
+    # a finished probe is not run again
+    _patch_generator(monkeypatch, probe, ScriptedGenerator(task, rows, fail_after=0))
+    probe.run_probe(cfg, progress=False)
+
+
+def test_probe_is_keyed_by_model(cfg):
+    other = cfg.replace(**{"model.name": "other"})
+    assert layout.probe_dir(other) != layout.probe_dir(cfg)
+    assert layout.probe_dir(cfg.replace(**{"probe.k": 5})) != layout.probe_dir(cfg)
+    with pytest.raises(FileNotFoundError, match="no probe for model 'other'"):
+        probe.read_prompts(other)
+
+
+def test_per_prompt_refuses_a_short_probe():
+    rows = pd.DataFrame({"id": ["a"], "tier": [1]})
+    samples = pd.DataFrame({"prompt_id": ["a"] * 3, "correct": [1.0, 0, 0], "num_tokens": [1, 2, 3]})
+    with pytest.raises(ValueError, match="expected K=4"):
+        probe.per_prompt(rows, samples, 4)
