@@ -1,0 +1,436 @@
+"""Stage 3: GRPO with LoRA on one selection, through TRL's GRPOTrainer and PEFT.
+
+    train_run(cfg, "hard", seed=0)  ->  outputs/<study>/runs/hard-seed0/
+
+One optimizer step = ``prompts_per_step`` prompts x ``group_size`` completions, sampled fresh
+from the current policy (TRL: ``per_device_train_batch_size`` counts completions, so it is
+prompts x G; ``gradient_accumulation_steps = steps_per_generation = 1``). With
+``num_iterations`` = mu > 1 one generated batch feeds mu consecutive updates. The reward is the
+task's binary verifier. Files written in the run folder:
+
+- ``params.yaml``, ``trl_config.json`` (GRPOConfig.to_dict() after the trainer has read it,
+  plus the LoRA config), ``manifest.json`` (model, task, selection, steps done, checkpoints,
+  library versions, status);
+- ``steps.parquet``: TRL's logged metrics, one row per logged step (``step`` 1-based);
+- ``groups.parquet``: one row per generated group: ``step`` (the first update it feeds),
+  ``prompt_id``, ``tier``, ``rewards`` (G floats), ``reward_mean``, ``reward_std`` (ddof 1,
+  as TRL), ``learnable`` (rewards not all equal). Learnable % = 100 * mean(learnable);
+- ``checkpoints/checkpoint-<step>/``: the LoRA adapter every ``save_steps`` and at the end.
+  Only the newest keeps its optimizer state, the one a resume needs.
+
+How this differs from paper 003 (appendix B): 003 states no LoRA settings (rank, alpha and
+target modules come from params; its released code uses r 32, alpha 32 on all projections);
+the KL term is DeepSeekMath's per-token k3 estimator against the base model with the adapter
+switched off, not a second copy of the model; with ``scale_rewards: group`` a group's
+advantage is (r - mean) / (std + 1e-4), TRL's form; prompts are reshuffled every epoch and the
+last ``|selection| mod prompts_per_step`` of each permutation wait for the next epoch.
+
+How this differs from TRL 1.16's defaults, all set explicitly (the effective values are in
+``trl_config.json``): beta, loss_type, learning_rate, epsilon_high come from params (TRL:
+0.0, "dapo", 1e-6, None); ``use_bias_correction_kl=False`` (TRL multiplies the KL term by the
+importance ratio, DeepSeek-V3.2; DeepSeekMath does not); ``top_k=0`` (no top-k cut);
+``bf16``/``gradient_checkpointing`` from params (TRL: True, which a CPU refuses);
+``optim="adamw_torch"`` (transformers picks the fused variant by torch version);
+``warmup_steps = ceil(warmup_ratio * max_steps)`` (transformers 5 has no ``warmup_ratio``).
+TRL 1.16 has no ``max_prompt_length``: prompts are never truncated, and a prompt longer than
+``train.max_prompt_length`` (when set) is an error rather than a silently cut question.
+
+Interrupted runs resume from their newest complete checkpoint with the full trainer state
+(optimizer, scheduler, RNG); the prompt order of every epoch is a function of (seed, epoch),
+so a resumed run sees the same prompts as an uninterrupted one. A finished run is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import math
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import peft
+import torch
+import transformers
+import trl
+from datasets import Dataset
+from peft import LoraConfig
+from tqdm.auto import tqdm
+from transformers import TrainerCallback, set_seed
+from transformers.trainer_callback import PrinterCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from . import artifacts, data, layout, params
+from .generation import encode_prompt
+from .models import load_model
+from .params import Config
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"  # HF writes it last: a checkpoint without it is incomplete
+OPTIMIZER_FILE = "optimizer.pt"
+# settings that may change between a run and its resume (extending a finished run)
+RESUMABLE_CHANGES = ("max_steps",)
+
+
+# ---- inputs -------------------------------------------------------------------------------
+def selected_rows(cfg: Config, strategy: str) -> pd.DataFrame:
+    """The selection's prompts (id, prompt, answer, tier), in the selection's order."""
+    path = layout.selection_file(cfg, strategy)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
+    ids = pd.read_parquet(path, columns=["id"])["id"].astype(str)
+    pool = data.load_pool(cfg).set_index("id")
+    missing = [i for i in ids if i not in pool.index]
+    if missing:
+        raise ValueError(
+            f"{path}: {len(missing)} selected id(s) not in the {cfg.dataset.task!r} pool "
+            f"(split {cfg.dataset.train_split!r}, pool_size {cfg.dataset.pool_size}): {missing[:10]}"
+        )
+    if len(ids) < cfg.train.prompts_per_step:
+        raise ValueError(f"{path}: {len(ids)} prompts, fewer than train.prompts_per_step = {cfg.train.prompts_per_step}")
+    return pool.loc[list(ids), ["prompt", "answer", "tier"]].reset_index()
+
+
+def check_prompt_lengths(rows: pd.DataFrame, tokenizer, limit: int | None) -> None:
+    if limit is None:
+        return
+    lengths = [len(encode_prompt(tokenizer, p)) for p in rows["prompt"]]
+    long = [(i, n) for i, n in zip(rows["id"], lengths) if n > limit]
+    if long:
+        raise ValueError(f"train.max_prompt_length = {limit}: {len(long)} prompt(s) are longer, e.g. {long[:5]}")
+
+
+def grpo_kwargs(cfg: Config, seed: int, output_dir: Path) -> dict[str, Any]:
+    """Every GRPOConfig argument we set: all of ``cfg.train`` plus the fixed choices above."""
+    t = cfg.train
+    return dict(
+        output_dir=str(output_dir),
+        seed=seed,  # model init of LoRA, sampling, and (our sampler) the prompt order
+        # batch: one update = prompts_per_step prompts x group_size completions, freshly generated
+        num_generations=t.group_size,
+        per_device_train_batch_size=t.prompts_per_step * t.group_size,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=t.num_iterations,
+        max_steps=t.max_steps,
+        shuffle_dataset=True,
+        # objective
+        loss_type=t.loss_type,
+        beta=t.beta,
+        use_bias_correction_kl=False,
+        scale_rewards=t.scale_rewards,
+        epsilon=t.epsilon,
+        epsilon_high=t.epsilon_high,
+        importance_sampling_level="token",
+        mask_truncated_completions=t.mask_truncated_completions,
+        # optimizer and schedule
+        optim="adamw_torch",
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=math.ceil(t.warmup_ratio * t.max_steps),
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        # sampling
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        # checkpoints and logs
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_only_model=False,
+        logging_strategy="steps",
+        logging_steps=t.logging_steps,
+        log_completions=False,  # groups.parquet keeps the rewards; completions would cost disk
+        report_to="none",
+        disable_tqdm=True,  # our own bar: HF's prints every log dict
+        # device; `activation_checkpointing` is transformers 5's name (the old one warns)
+        use_cpu=t.device == "cpu",
+        bf16=t.bf16,
+        activation_checkpointing=t.gradient_checkpointing,
+        use_vllm=t.use_vllm,
+        vllm_mode="colocate",  # one GPU, no vLLM server
+        dataloader_num_workers=0,
+    )
+
+
+def lora_config(cfg: Config) -> LoraConfig:
+    lp = cfg.train.lora
+    return LoraConfig(r=lp.r, lora_alpha=lp.alpha, lora_dropout=lp.dropout,
+                      target_modules=list(lp.target_modules), bias="none", task_type="CAUSAL_LM")
+
+
+def run_key(cfg: Config, ids: list[str]) -> dict[str, Any]:
+    """What decides a run's result, bar ``max_steps``: a resume must match it."""
+    train = {k: v for k, v in dataclasses.asdict(cfg.train).items()
+             if k not in (*RESUMABLE_CHANGES, "strategies", "seeds")}
+    return artifacts.jsonable({
+        "model": dataclasses.asdict(cfg.model),
+        "task": data.task_of(cfg).describe(),
+        "source": cfg.dataset.source,
+        "train": train,
+        "selection_sha": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16],
+    })
+
+
+def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else [prefix.rstrip(".") or "(all)"]
+    return [c for k in sorted(set(old) | set(new)) for c in _changed(old.get(k), new.get(k), f"{prefix}{k}.")]
+
+
+# ---- recording ----------------------------------------------------------------------------
+def completion_text(completion: Any) -> str:
+    """TRL passes chat messages for conversational prompts; the text is the last message's."""
+    if isinstance(completion, str):
+        return completion
+    content = completion[-1]["content"]
+    if isinstance(content, list):  # content blocks
+        return "".join(part.get("text", "") for part in content)
+    return content
+
+
+class Recorder(TrainerCallback):
+    """Scores completions (the reward function) and keeps the per-group and per-step rows."""
+
+    def __init__(self, task, group_size: int, steps: list[dict], groups: list[dict]):
+        self.task, self.group_size = task, group_size
+        self.steps, self.groups = steps, groups
+
+    def correct(self, prompts, completions, answer, id, tier, trainer_state, **_) -> list[float]:
+        """Reward: 1.0 when the completion's final answer is right. TRL calls this once per
+        generated batch, groups contiguous (RepeatSampler), so each group is recorded once."""
+        rewards = [self.task.score(completion_text(c), a) for c, a in zip(completions, answer)]
+        step = trainer_state.global_step + 1  # the update this batch feeds (global_step is 0-based here)
+        g = self.group_size
+        for start in range(0, len(rewards), g):
+            if len(set(id[start:start + g])) != 1:
+                raise RuntimeError(f"TRL passed a group of mixed prompts {id[start:start + g]}: grouping changed")
+            r = np.asarray(rewards[start:start + g], dtype=float)
+            self.groups.append({
+                "step": step, "prompt_id": id[start], "tier": tier[start], "rewards": r.tolist(),
+                "reward_mean": float(r.mean()), "reward_std": float(r.std(ddof=1)),
+                "learnable": bool(r.max() > r.min()),
+            })
+        return rewards
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:  # the end-of-training summary has train_loss instead
+            self.steps.append({"step": state.global_step, **{k: v for k, v in logs.items() if k != "total_flos"}})
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        steps = pd.DataFrame(self.steps)
+        groups = pd.DataFrame(self.groups, columns=["step", "prompt_id", "tier", "rewards", "reward_mean",
+                                                    "reward_std", "learnable"])
+        return steps, groups
+
+    def write(self, run_dir: Path) -> None:
+        steps, groups = self.frames()
+        artifacts.write_parquet(run_dir / "steps.parquet", steps)
+        artifacts.write_parquet(run_dir / "groups.parquet", groups)
+
+
+class Tidy(TrainerCallback):
+    """After each save: drop the optimizer state of every checkpoint but the newest."""
+
+    def __init__(self, ckpt_dir: Path):
+        self.ckpt_dir = ckpt_dir
+
+    def on_save(self, args, state, control, **kwargs):
+        for step, path in list_checkpoints(self.ckpt_dir).items():
+            if step < state.global_step:
+                (path / OPTIMIZER_FILE).unlink(missing_ok=True)
+
+
+class Progress(TrainerCallback):
+    """One bar over the run's steps, with the last reward and learnable share."""
+
+    def __init__(self, desc: str):
+        self.desc, self.bar = desc, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc=self.desc, unit="step")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.bar.set_postfix(reward=f"{logs['reward']:.2f}", learnable=f"{1 - logs['frac_reward_zero_std']:.2f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
+
+
+# ---- checkpoints --------------------------------------------------------------------------
+def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
+    """Checkpoint folders by step; ``complete``: only those HF finished writing."""
+    found = {}
+    for d in ckpt_dir.glob("checkpoint-*"):
+        if d.is_dir() and d.name.split("-")[-1].isdigit() and (not complete or (d / STATE_FILE).exists()):
+            found[int(d.name.split("-")[-1])] = d
+    return dict(sorted(found.items()))
+
+
+def resume_point(ckpt_dir: Path) -> tuple[int, Path | None]:
+    """The newest checkpoint a resume can use (full trainer state); removes half-written ones."""
+    usable = {s: p for s, p in list_checkpoints(ckpt_dir).items() if (p / OPTIMIZER_FILE).exists()}
+    step, path = max(usable.items()) if usable else (0, None)
+    for s, p in list_checkpoints(ckpt_dir, complete=False).items():
+        if s > step:  # written after the last usable state: never trusted
+            shutil.rmtree(p)
+    return step, path
+
+
+def _previous_rows(run_dir: Path, upto: int) -> tuple[list[dict], list[dict]]:
+    """Rows recorded up to step ``upto`` (those after it belong to the lost part of the run)."""
+    out = []
+    for name in ("steps.parquet", "groups.parquet"):
+        path = run_dir / name
+        df = pd.read_parquet(path) if upto and path.exists() else pd.DataFrame(columns=["step"])
+        df = df[df["step"] <= upto]
+        if name == "groups.parquet" and len(df):
+            df = df.assign(rewards=df["rewards"].map(list))
+        out.append(df.to_dict("records"))
+    return out[0], out[1]
+
+
+def _versions() -> dict[str, str]:
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+            "peft": peft.__version__}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence transformers 5's renamed-argument warning: PEFT and TRL 1.16 read the deprecated
+    `is_gradient_checkpointing` on every wrap and step, whatever our setting."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        yield
+
+
+# ---- the run ------------------------------------------------------------------------------
+class EpochSampler(RepeatSampler):
+    """TRL's sampler, reseeded from (seed, epoch) at each epoch. TRL's own draws every
+    epoch's permutation from one generator, which a resume in a later epoch restarts."""
+
+    def set_epoch(self, epoch: int) -> None:  # accelerate calls it before each epoch
+        if self.shuffle:
+            self.generator.manual_seed(int(self.seed or 0) * 1_000_003 + epoch)
+
+
+class Trainer(GRPOTrainer):
+    """GRPOTrainer with a resumable prompt order and our rows saved with each checkpoint."""
+
+    def __init__(self, *args, recorder: Recorder, run_dir: Path, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorder, self.run_dir = recorder, run_dir
+
+    def _get_train_sampler(self, dataset=None):
+        return EpochSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # rows first: a crash mid-save leaves rows past the checkpoint, which a resume drops
+        self.recorder.write(self.run_dir)
+        super()._save_checkpoint(model, trial)
+
+
+def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
+    """Train one (strategy, seed) run; resume it if interrupted, skip it if finished. Returns its folder."""
+    run_dir = layout.run_dir(cfg, strategy, seed)
+    ckpt_dir = run_dir / CHECKPOINTS
+    rows = selected_rows(cfg, strategy)
+    key = run_key(cfg, list(rows["id"]))
+    manifest_path = run_dir / "manifest.json"
+    if force and run_dir.exists():
+        shutil.rmtree(run_dir)
+    manifest = artifacts.read_json(manifest_path) if manifest_path.exists() else None
+    if manifest is not None:
+        if manifest["key"] != key:
+            raise ValueError(f"{run_dir}: an earlier run with other settings is there "
+                             f"({', '.join(_changed(manifest['key'], key))}); pass force=True to start over")
+        if manifest["steps_done"] > cfg.train.max_steps:
+            raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
+                             f"{cfg.train.max_steps}; pass force=True to start over")
+        if manifest["status"] == "complete" and manifest["steps_done"] == cfg.train.max_steps:
+            return run_dir
+
+    if cfg.train.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device = cuda but torch sees no GPU")
+    resumed_step, resume_from = resume_point(ckpt_dir)
+    steps, groups = _previous_rows(run_dir, resumed_step)
+    task = data.task_of(cfg)
+    recorder = Recorder(task, cfg.train.group_size, steps, groups)
+
+    model_path = data.model_path(cfg)
+    model, tokenizer = load_model(model_path, gguf_file=cfg.model.gguf_file, dtype=cfg.model.dtype)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"{model_path}: the tokenizer has no chat template; prompts are chat messages")
+    tokenizer.padding_side = "left"
+    check_prompt_lengths(rows, tokenizer, cfg.train.max_prompt_length)
+    dataset = Dataset.from_list(rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
+
+    callbacks = [recorder, Tidy(ckpt_dir)] + ([Progress(layout.run_id(strategy, seed))] if progress else [])
+    peft_config = lora_config(cfg)
+    set_seed(seed)  # PEFT draws the LoRA init before TRL seeds anything
+    with _quiet():
+        args = GRPOConfig(**grpo_kwargs(cfg, seed, ckpt_dir))
+        trainer = Trainer(
+            model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
+            processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
+            recorder=recorder, run_dir=run_dir,
+        )
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict
+
+    artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
+    peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in peft_config.to_dict().items()}
+    artifacts.write_json(run_dir / "trl_config.json", {"grpo": args.to_dict(), "peft": peft_dict})
+    study = layout.study_dir(cfg)
+    head = {
+        "key": key,
+        "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file},
+        "task": task.describe(),
+        "strategy": strategy,
+        "seed": seed,
+        "selection": artifacts.relative(layout.selection_file(cfg, strategy), study),
+        "num_prompts": len(rows),
+        "max_steps": cfg.train.max_steps,
+        "versions": _versions(),
+        "resumed_from": (manifest or {}).get("resumed_from", []) + ([resumed_step] if resume_from else []),
+    }
+
+    def write_manifest(status: str, steps_done: int, extra: dict | None = None) -> None:
+        ckpts = [artifacts.relative(p, run_dir) for p in list_checkpoints(ckpt_dir).values()]
+        artifacts.write_json(manifest_path, {**head, "status": status, "steps_done": steps_done,
+                                             "checkpoints": ckpts, **(extra or {})})
+
+    write_manifest("running", resumed_step)
+    t0 = time.perf_counter()
+    with _quiet():
+        output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    recorder.write(run_dir)
+    done = trainer.state.global_step
+    step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
+    write_manifest("complete" if done >= cfg.train.max_steps else "stopped", done, {
+        "seconds_this_session": round(time.perf_counter() - t0, 1),
+        "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
+        "train_loss": output.training_loss,
+    })
+    return run_dir
+

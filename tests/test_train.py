@@ -1,0 +1,240 @@
+"""GRPO + LoRA training: effective TRL config, per-group records, checkpoints, resume.
+
+A tiny random Qwen2 (about 60k parameters) built here, and a stub reward that gives mixed
+groups whatever the model says (1 when the completion has an even number of characters), so
+every code path sees learnable and non-learnable groups. Each test trains a few steps.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from diffgrpo import artifacts, layout, params, tasks, train
+from diffgrpo.tasks.shuffled_objects import ShuffledObjects
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+TASK_OPTIONS = {"people": [3, 4], "swaps": [1, 3], "train_size": 24, "test_size": 6}
+
+
+class EvenLength(ShuffledObjects):
+    """Shuffled-objects rows; reward 1 when the completion's length is even."""
+
+    name = "even_length_objects"
+
+    def score(self, completion, answer):
+        return float(len(completion) % 2 == 0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls on 2 threads crawl when another process holds a core (OpenMP waits for
+    the descheduled thread): 19 s against 1 s for a 3-step run on a busy 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny-qwen2")
+    rows = EvenLength(**TASK_OPTIONS).load("train")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    special = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+    bpe.train_from_iterator(list(rows["question"]), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|end|>", pad_token="<|pad|>",
+                                  padding_side="left", chat_template=TEMPLATE)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
+                         tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def make_cfg(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    monkeypatch.setitem(tasks._MODULES, EvenLength.name, "shuffled_objects")
+    monkeypatch.setitem(tasks._REGISTRY, EvenLength.name, EvenLength)
+
+    def make(n_select=8, **train_overrides):
+        overrides = {
+            "study": "t", "model.name": "tiny", "model.path": str(tiny_model),
+            "dataset.task": EvenLength.name, "dataset.task_options": TASK_OPTIONS,
+            "train.max_steps": 2, "train.prompts_per_step": 2, "train.group_size": 4,
+            "train.max_completion_length": 8, "train.save_steps": 1, "train.learning_rate": 1e-3,
+            "train.lora.r": 4, "train.lora.alpha": 8, "train.warmup_ratio": 0.25,
+            **{f"train.{k}": v for k, v in train_overrides.items()},
+        }
+        cfg = params.load(overrides=overrides)
+        pool = tasks.get(EvenLength.name, **TASK_OPTIONS).load("train")
+        sel = pd.DataFrame({"id": pool["id"][:n_select], "p_hat": np.linspace(0, 1, n_select)})
+        artifacts.write_parquet(layout.selection_file(cfg, "hard"), sel)
+        return cfg
+
+    return make
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading below
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_type, beta):
+    cfg = make_cfg(loss_type=loss_type, beta=beta, max_steps=3, save_steps=2)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    t = cfg.train
+
+    # every GRPOConfig value we set is the one TRL used
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    expected = {
+        "num_generations": t.group_size, "per_device_train_batch_size": t.prompts_per_step * t.group_size,
+        "gradient_accumulation_steps": 1, "steps_per_generation": 1, "generation_batch_size": 8,
+        "beta": beta, "loss_type": loss_type, "scale_rewards": t.scale_rewards, "epsilon": t.epsilon,
+        "epsilon_high": t.epsilon_high, "num_iterations": t.num_iterations, "learning_rate": t.learning_rate,
+        "lr_scheduler_type": t.lr_scheduler, "warmup_steps": 1, "weight_decay": t.weight_decay,
+        "max_grad_norm": t.max_grad_norm, "max_steps": 3, "max_completion_length": 8,
+        "temperature": t.temperature, "top_p": t.top_p, "top_k": 0,
+        "mask_truncated_completions": t.mask_truncated_completions, "save_steps": 2,
+        "logging_steps": t.logging_steps, "seed": 0, "use_cpu": True, "bf16": False,
+        "gradient_checkpointing": False, "activation_checkpointing": False, "use_vllm": False,
+        "use_bias_correction_kl": False, "report_to": [],
+    }
+    assert {k: grpo[k] for k in expected} == expected
+    peft_cfg = json.loads((run / "trl_config.json").read_text())["peft"]
+    assert (peft_cfg["r"], peft_cfg["lora_alpha"], sorted(peft_cfg["target_modules"])) == (
+        4, 8, sorted(t.lora.target_modules))
+    assert params.load(run / "params.yaml", defaults=False) == cfg
+
+    # one group row per (step, prompt), rewards of length G, learnable = mixed rewards
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert len(groups) == 3 * t.prompts_per_step
+    assert sorted(groups["step"].unique()) == [1, 2, 3]
+    assert all(len(r) == t.group_size for r in groups["rewards"])
+    assert list(groups["learnable"]) == [bool(np.std(r) > 0) for r in groups["rewards"]]
+    assert groups["learnable"].any() and not groups["learnable"].all()
+
+    # TRL's per-step share of zero-std groups is the complement of ours
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert list(steps["step"]) == [1, 2, 3]
+    ours = 1 - groups.groupby("step")["learnable"].mean()
+    assert np.allclose(steps.set_index("step")["frac_reward_zero_std"], ours)
+    assert np.allclose(steps.set_index("step")["reward"], groups.groupby("step")["reward_mean"].mean())
+    assert ("kl" in steps) == (beta > 0)
+
+    # adapters at save_steps and at the end; only the newest keeps the optimizer state
+    ckpts = train.list_checkpoints(run / "checkpoints")
+    assert sorted(ckpts) == [2, 3]
+    for step, path in ckpts.items():
+        assert (path / "adapter_model.safetensors").exists() and (path / "adapter_config.json").exists()
+        assert (path / "optimizer.pt").exists() == (step == 3)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(cfg.model.path)
+    PeftModel.from_pretrained(base, ckpts[2])
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["steps_done"] == 3
+    assert manifest["checkpoints"] == ["checkpoints/checkpoint-2", "checkpoints/checkpoint-3"]
+    assert manifest["selection"] == "select/hard.parquet" and manifest["num_prompts"] == 8
+    assert set(manifest["versions"]) == {"torch", "transformers", "trl", "peft"}
+
+
+def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch):
+    cfg = make_cfg(max_steps=1)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    assert train.train_run(cfg, "hard", seed=0, progress=False) == run
+    with pytest.raises(ValueError, match="learning_rate"):
+        train.train_run(cfg.replace(**{"train.learning_rate": 0.5}), "hard", seed=0, progress=False)
+
+
+def _trace(run):
+    groups = pd.read_parquet(run / "groups.parquet")
+    return list(zip(groups["step"], groups["prompt_id"]))
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkeypatch, tmp_path):
+    # 4 selected prompts, 2 per step: an epoch is 2 steps, so the resume starts a new epoch
+    cfg = make_cfg(n_select=4, max_steps=4)
+    whole = train.train_run(cfg, "hard", seed=0, progress=False)
+    reference = _trace(whole)
+    ref_steps = pd.read_parquet(whole / "steps.parquet")
+    import shutil
+
+    shutil.rmtree(whole)
+
+    # crash while generating for step 3 (after the checkpoint of step 2)
+    correct = train.Recorder.correct
+
+    def flaky(self, *args, trainer_state, **kwargs):
+        if trainer_state.global_step == 2:
+            raise KeyboardInterrupt("simulated interruption")
+        return correct(self, *args, trainer_state=trainer_state, **kwargs)
+
+    monkeypatch.setattr(train.Recorder, "correct", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(cfg, "hard", seed=0, progress=False)
+    monkeypatch.setattr(train.Recorder, "correct", correct)
+    assert json.loads((whole / "manifest.json").read_text())["status"] == "running"
+
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["resumed_from"] == [2]
+    assert _trace(run) == reference  # same prompts at the same steps, no row lost or doubled
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert list(steps["step"]) == [1, 2, 3, 4]
+    # the restored optimizer, scheduler and RNG continue the same trajectory
+    assert np.allclose(steps["learning_rate"], ref_steps["learning_rate"])
+    assert np.allclose(steps["reward"], ref_steps["reward"])
+
+
+def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):
+    cfg = make_cfg(max_steps=2)
+    train.train_run(cfg, "hard", seed=0, progress=False)
+    run = train.train_run(cfg.replace(**{"train.max_steps": 4}), "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert len(groups) == 4 * cfg.train.prompts_per_step
+    assert list(pd.read_parquet(run / "steps.parquet")["step"]) == [1, 2, 3, 4]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["resumed_from"] == [2] and manifest["steps_done"] == 4
+
+
+def test_num_iterations_records_each_generated_group_once(make_cfg):
+    cfg = make_cfg(max_steps=4, num_iterations=2, save_steps=2)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    # one generation feeds two updates: groups recorded at steps 1 and 3 only
+    assert sorted(groups["step"].unique()) == [1, 3]
+    assert len(groups) == 2 * cfg.train.prompts_per_step
+
+
+def test_selected_id_missing_from_the_pool_is_named(make_cfg):
+    cfg = make_cfg()
+    path = layout.selection_file(cfg, "hard")
+    sel = pd.read_parquet(path)
+    artifacts.write_parquet(path, pd.concat([sel, pd.DataFrame({"id": ["so/train/999999"], "p_hat": [0.0]})]))
+    with pytest.raises(ValueError, match=r"so/train/999999") as err:
+        train.train_run(cfg, "hard", seed=0, progress=False)
+    assert str(path) in str(err.value)
+
+
+def test_prompt_longer_than_max_prompt_length_is_an_error(make_cfg):
+    cfg = make_cfg(max_prompt_length=4)
+    with pytest.raises(ValueError, match="max_prompt_length = 4"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
