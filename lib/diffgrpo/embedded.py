@@ -1,0 +1,267 @@
+"""The embedded default model: a tiny Qwen2 pretrained here, partly competent at shuffled objects.
+
+The study needs a base model that GRPO can improve on a CPU in minutes, and no hub. So we
+build one from nothing: a byte-level BPE trained on the synthetic corpus, a ~0.9M-parameter
+Qwen2 decoder (4 layers, hidden 128, MLP 384, 4 heads), and a short pretraining run on
+prompt + gold trace sequences (loss on the completion only).
+
+The competent-but-unreliable window is narrow (greedy accuracy jumps from 0.44 to 0.95 in
+about 100 steps, STACK.md), so pretraining snapshots the weights every ``eval_every`` steps,
+measures sampled pass@1 on held-out prompts, and keeps the snapshot nearest
+``target_pass1``. The result must leave GRPO something to learn: greedy near 1.0 on the
+easiest tier, below 0.3 on the hardest, and pass@8 well above pass@1 in between, so that
+groups of samples carry mixed rewards. ``build_info.json`` in the saved folder records the
+settings and that per-tier table.
+
+The packaged checkpoint lives at :func:`default_path`; ``scripts/build_embedded.py`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+from . import artifacts, tasks
+from .generation import HFGenerator, encode_prompt
+
+EOS, PAD = "<|end|>", "<|pad|>"
+ROLES = ("<|system|>", "<|user|>", "<|assistant|>")
+# one special token per role and one to end a turn: a prompt costs 2 tokens of template
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def default_path() -> Path:
+    """The packaged embedded checkpoint (a HF folder: config, safetensors, tokenizer)."""
+    return Path(__file__).resolve().parent / "assets" / "embedded"
+
+
+@dataclass
+class BuildConfig:
+    """Everything that defines a build; saved in ``build_info.json``."""
+
+    seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)  # shuffled_objects options
+    corpus_size: int = 20000  # distinct pretraining questions, none in the task's splits
+    tier_decay: float = 1.0  # corpus share of tier t ~ tier_decay ** t: < 1 makes long chains rare
+    vocab_size: int = 384
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_layers: int = 4
+    num_heads: int = 4
+    steps: int = 800  # upper bound; the build stops once past the target
+    batch_size: int = 32
+    lr: float = 1e-3
+    eval_every: int = 20
+    select_size: int = 256  # held-out prompts for the pass@1 that picks the snapshot
+    target_pass1: float = 0.5
+    eval_size: int | None = None  # test rows in the final table; None: the whole test split
+    eval_samples: int = 8
+    max_new_tokens: int = 64
+
+
+def build(out_dir: str | Path, config: BuildConfig | None = None, progress: bool = True, **overrides: Any) -> dict:
+    """Build, pretrain, pick a snapshot and save a HF folder at ``out_dir``; returns build_info.
+
+    ``overrides`` set :class:`BuildConfig` fields (a test builds a small one in seconds)."""
+    cfg = replace_config(config or BuildConfig(), overrides)
+    t0 = time.time()
+    task = tasks.get("shuffled_objects", **cfg.task_options)
+    test = task.load("test")
+    held_out = set(task.load("train")["question"]) | set(test["question"])
+    corpus = pretraining_corpus(cfg, held_out)
+    select = task.generate("select", cfg.select_size, exclude=held_out | set(corpus["question"]))
+
+    tokenizer = train_tokenizer(corpus, task, cfg.vocab_size)
+    torch.manual_seed(cfg.seed)
+    model = make_model(tokenizer, cfg)
+    sequences = encode_corpus(corpus, task, tokenizer)
+
+    history, snapshots = [], {}
+    rng = np.random.default_rng(cfg.seed)
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    pass1 = 0.0
+    for step in range(1, cfg.steps + 1):
+        model.train()
+        batch = [sequences[i] for i in rng.choice(len(sequences), size=cfg.batch_size, replace=False)]
+        loss = completion_loss(model, batch, tokenizer.pad_token_id)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            pass1 = sampled_pass1(model, tokenizer, task, select, cfg, seed=cfg.seed + step)
+            snapshots[step] = copy.deepcopy(model.state_dict())
+            history.append({"step": step, "loss": round(loss.item(), 4), "select_pass1": round(pass1, 4)})
+            if progress:
+                print(f"step {step:4d}  loss {loss.item():.3f}  select pass@1 {pass1:.3f}  ({time.time() - t0:.0f} s)")
+            # past the target by a margin: later snapshots only get further from it
+            if pass1 >= cfg.target_pass1 + 0.15:
+                break
+    chosen = min(history, key=lambda h: (abs(h["select_pass1"] - cfg.target_pass1), h["step"]))["step"]
+    model.load_state_dict(snapshots[chosen])
+    train_s = time.time() - t0
+
+    rows = test if cfg.eval_size is None else test.groupby("tier").head(max(1, cfg.eval_size // len(task.tiers)))
+    table = tier_table(model, tokenizer, task, rows, cfg, progress=progress)
+    info = {
+        "config": asdict(cfg),
+        "task": task.describe(),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "chosen_step": chosen,
+        "history": history,
+        "eval_rows": len(rows),
+        "tiers": table.to_dict("records"),
+        "pretrain_seconds": round(train_s, 1),
+        "build_seconds": round(time.time() - t0, 1),
+    }
+    save(model, tokenizer, out_dir, info)
+    return info
+
+
+def replace_config(cfg: BuildConfig, overrides: dict[str, Any]) -> BuildConfig:
+    unknown = set(overrides) - set(asdict(cfg))
+    if unknown:
+        raise TypeError(f"unknown build setting(s) {sorted(unknown)}")
+    return BuildConfig(**{**asdict(cfg), **overrides})
+
+
+# ---- pieces -------------------------------------------------------------------------------
+def pretraining_corpus(cfg: BuildConfig, exclude: set[str]) -> pd.DataFrame:
+    """Questions with gold traces from streams of their own, none in ``exclude``.
+
+    With ``tier_decay`` < 1 long swap chains are rare, so the model masters short chains
+    first and still stumbles on long ones when we stop: the difficulty spread GRPO needs."""
+    base = tasks.get("shuffled_objects", **cfg.task_options)
+    weights = np.array([cfg.tier_decay**i for i in range(len(base.tiers))])
+    counts = np.maximum(1, np.round(cfg.corpus_size * weights / weights.sum()).astype(int))
+    parts = []
+    for tier, count in zip(base.tiers, counts):
+        one_tier = tasks.get("shuffled_objects", **{**cfg.task_options, "swaps": [tier, tier]})
+        parts.append(one_tier.generate(f"pretrain-{tier}", int(count), exclude=exclude))
+    return pd.concat(parts, ignore_index=True)
+
+
+def train_tokenizer(corpus: pd.DataFrame, task, vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE on the corpus's questions and traces, with the chat's special tokens.
+
+    AutoTokenizer reloads the folder as a Qwen2Tokenizer (the config's model type), which
+    rebuilds the normalizer and pre-tokenizer its own way (digits split one by one). We train
+    with exactly those, so the reloaded tokenizer gives the ids the model was trained on."""
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, EOS, *ROLES],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = list(corpus["question"]) + [task.trace(r) for r in corpus.to_dict("records")]
+    bpe.train_from_iterator(texts, trainer=trainer)
+    # padding_side survives save and reload only when given to the constructor (STACK.md)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token=EOS, pad_token=PAD, padding_side="left", chat_template=CHAT_TEMPLATE
+    )
+
+
+def make_model(tokenizer: PreTrainedTokenizerFast, cfg: BuildConfig) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+def encode_corpus(corpus: pd.DataFrame, task, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) pairs; the completion is the gold trace plus EOS."""
+    out = []
+    for row in corpus.to_dict("records"):
+        completion = tokenizer(task.trace(row), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        out.append((encode_prompt(tokenizer, row["prompt"]), completion))
+    return out
+
+
+def completion_loss(model, batch: list[tuple[list[int], list[int]]], pad_id: int) -> torch.Tensor:
+    """Next-token loss on the completion tokens only (the prompt is given, not predicted)."""
+    width = max(len(p) + len(c) for p, c in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (p, c) in enumerate(batch):
+        seq = p + c
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(p) : len(seq)] = torch.tensor(c)
+        mask[row, : len(seq)] = 1
+    return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+
+def sampled_pass1(model, tokenizer, task, rows: pd.DataFrame, cfg: BuildConfig, seed: int) -> float:
+    """Share of rows whose one sample at temperature 1.0 is correct."""
+    gen = HFGenerator(model, tokenizer)
+    outs = gen.generate(list(rows["prompt"]), n=1, temperature=1.0, max_new_tokens=cfg.max_new_tokens, seed=seed, progress=False)
+    return float(np.mean([task.score(o[0].text, a) for o, a in zip(outs, rows["answer"])]))
+
+
+def tier_table(model, tokenizer, task, rows: pd.DataFrame, cfg: BuildConfig, progress: bool = False) -> pd.DataFrame:
+    """Per tier: greedy accuracy, sampled pass@1 and pass@k (k = eval_samples, temperature 1.0).
+
+    With n = k samples the unbiased pass@k estimator is "any of the k is correct"."""
+    gen = HFGenerator(model, tokenizer)
+    prompts, answers = list(rows["prompt"]), list(rows["answer"])
+    greedy = gen.generate(prompts, temperature=0, max_new_tokens=cfg.max_new_tokens, progress=progress, desc="greedy")
+    sampled = gen.generate(
+        prompts, n=cfg.eval_samples, temperature=1.0, max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed, progress=progress, desc="sample",
+    )
+    scores = pd.DataFrame(
+        {
+            "tier": list(rows["tier"]),
+            "greedy": [task.score(g[0].text, a) for g, a in zip(greedy, answers)],
+            "pass@1": [np.mean([task.score(c.text, a) for c in s]) for s, a in zip(sampled, answers)],
+            f"pass@{cfg.eval_samples}": [max(task.score(c.text, a) for c in s) for s, a in zip(sampled, answers)],
+        }
+    )
+    table = scores.groupby("tier").mean().reset_index()
+    table.insert(1, "n", scores.groupby("tier").size().values)
+    overall = scores.drop(columns="tier").mean().to_dict()
+    table = pd.concat([table, pd.DataFrame([{"tier": "all", "n": len(scores), **overall}])], ignore_index=True)
+    return table.round(3)
+
+
+def save(model, tokenizer, out_dir: str | Path, info: dict) -> Path:
+    """A plain HF folder (fp32 safetensors) plus build_info.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    artifacts.write_json(out / "build_info.json", info)
+    return out

