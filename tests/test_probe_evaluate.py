@@ -62,7 +62,7 @@ def cfg(tmp_path, monkeypatch):
 
 
 def _patch_generator(monkeypatch, module, gen):
-    monkeypatch.setattr(module, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(module.data, "load_model", lambda *a, **k: (None, None))
     monkeypatch.setattr(module, "HFGenerator", lambda *a, **k: gen)
 
 

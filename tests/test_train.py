@@ -158,7 +158,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
 def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch):
     cfg = make_cfg(max_steps=1)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
-    monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(train.data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
     with pytest.raises(ValueError, match="learning_rate"):
         train.train_run(cfg.replace(**{"train.learning_rate": 0.5}), "hard", seed=0, progress=False)

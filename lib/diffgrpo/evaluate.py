@@ -26,7 +26,6 @@ import pandas as pd
 
 from . import artifacts, data, layout
 from .generation import HFGenerator
-from .models import load_model
 from .params import Config
 from .sampling import sample_and_score
 
@@ -82,8 +81,7 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
                     progress: bool, label: str) -> pd.DataFrame:
     """Greedy and sampled completions of one model (base or base + adapter), scored."""
     ev = cfg.evaluate
-    model, tokenizer = load_model(data.model_path(cfg), gguf_file=cfg.model.gguf_file,
-                                  adapter=adapter, dtype=cfg.model.dtype)
+    model, tokenizer = data.load_model(cfg, adapter=adapter)
     gen = HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
     task = data.task_of(cfg)
     key = {**_eval_key(cfg), "adapter": adapter.name if adapter else None}

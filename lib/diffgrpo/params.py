@@ -56,6 +56,7 @@ class ModelConfig:
     path: str = _f("embedded", doc="'embedded' (the packaged default), a local folder or a hub id")
     gguf_file: str | None = _f(None, doc="GGUF file name inside `path` (transformers gguf_file=)")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32")
+    torch_threads: int | None = _f(None, lo=1, doc="CPU threads for torch (null: torch's default)")
 
 
 @dataclass(frozen=True)

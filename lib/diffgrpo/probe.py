@@ -23,7 +23,6 @@ import pandas as pd
 
 from . import artifacts, data, layout, params
 from .generation import HFGenerator
-from .models import load_model
 from .params import Config
 from .sampling import sample_and_score
 
@@ -55,7 +54,7 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
     key = layout.probe_key(cfg)
     rows = data.load_pool(cfg)
     task = data.task_of(cfg)
-    model, tokenizer = load_model(data.model_path(cfg), gguf_file=cfg.model.gguf_file, dtype=cfg.model.dtype)
+    model, tokenizer = data.load_model(cfg)
     gen = HFGenerator(model, tokenizer, batch_size=cfg.probe.sampling.batch_size)
     s = cfg.probe.sampling
     samples = sample_and_score(

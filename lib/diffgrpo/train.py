@@ -68,7 +68,6 @@ from trl.trainer.utils import RepeatSampler
 
 from . import artifacts, data, layout, params
 from .generation import encode_prompt
-from .models import load_model
 from .params import Config
 
 CHECKPOINTS = "checkpoints"
@@ -378,10 +377,9 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     task = data.task_of(cfg)
     recorder = Recorder(task, cfg.train.group_size, steps, groups)
 
-    model_path = data.model_path(cfg)
-    model, tokenizer = load_model(model_path, gguf_file=cfg.model.gguf_file, dtype=cfg.model.dtype)
+    model, tokenizer = data.load_model(cfg)
     if tokenizer.chat_template is None:
-        raise ValueError(f"{model_path}: the tokenizer has no chat template; prompts are chat messages")
+        raise ValueError(f"{data.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
     tokenizer.padding_side = "left"
     check_prompt_lengths(rows, tokenizer, cfg.train.max_prompt_length)
     dataset = Dataset.from_list(rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
