@@ -1,0 +1,72 @@
+"""The whole study through its runner (papermill, as `make study` runs it) on params/tiny.yaml.
+
+Checks the values the notebooks record, with tolerances, and that a bad parameter stops the
+study before any notebook runs. When the nbval notebooks ran earlier in the session the
+stages find their work done and only re-read it.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from diffgrpo import notebooks, params, study
+from diffgrpo.params import ParamsError
+
+
+@pytest.fixture(scope="module")
+def tiny_study():
+    assert study.main(["tiny", "--kernel", "python3"]) == 0
+    return Path(os.environ["DIFFGRPO_OUTPUTS"]) / "tiny"
+
+
+def test_study_writes_every_stage_and_the_report(tiny_study):
+    for stage in notebooks.STAGES:
+        assert (tiny_study / "notebooks" / f"{stage}.ipynb").exists()
+    assert set(json.loads((tiny_study / "timings.json").read_text())) == set(notebooks.STAGES)
+    report = tiny_study / "report"
+    for name in ("table1_gain.md", "table2_learnable.md", "fig2_accuracy_by_checkpoint.png",
+                 "fig3_learnable_vs_gain.png", "fig_p_hat.png"):
+        assert (report / name).stat().st_size > 0
+
+
+def test_summary_json_agrees_with_the_run_files(tiny_study):
+    cfg = params.load("tiny")
+    summary = json.loads((tiny_study / "report" / "summary.json").read_text())
+    assert {"runs", "regression", "paper_regression", "metric", "best", "verdict"} <= set(summary)
+    runs = pd.DataFrame(summary["runs"])
+    assert sorted(runs["strategy"]) == sorted(cfg.select.strategies)
+    assert (runs["steps"] == cfg.train.max_steps).all()
+    base = pd.read_parquet(tiny_study / "eval" / "base" / "summary.parquet")["greedy_acc"].iloc[0]
+    for row in runs.itertuples():
+        groups = pd.read_parquet(tiny_study / "runs" / f"{row.strategy}-seed{row.seed}" / "groups.parquet")
+        assert len(groups) == cfg.train.max_steps * cfg.train.prompts_per_step
+        assert row.learnable_pct == pytest.approx(100 * groups["learnable"].mean(), abs=1e-3)
+        final = pd.read_parquet(tiny_study / "eval" / f"{row.strategy}-seed{row.seed}" / "summary.parquet")
+        final = final.loc[final["step"].idxmax(), "greedy_acc"]
+        assert row.base_acc == pytest.approx(base, abs=1e-3)
+        assert row.gain_pp == pytest.approx(100 * (final - base), abs=1e-2)
+    assert summary["regression"]["n"] == len(runs)
+    assert summary["paper_regression"]["r2"] == pytest.approx(0.641, abs=1e-3)
+
+
+def test_selections_hold_the_budget(tiny_study):
+    cfg = params.load("tiny")
+    for strategy in cfg.select.strategies:
+        sel = pd.read_parquet(tiny_study / "select" / f"{strategy}.parquet")
+        assert len(sel) == int(cfg.select.budget_frac * cfg.dataset.pool_size)
+
+
+def test_a_misspelled_override_stops_the_study_before_any_notebook(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    with pytest.raises(ParamsError, match=r"train\.max_stpes"):
+        study.main(["tiny", "--set", "train.max_stpes=3"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_unknown_notebook_parameter_is_an_error(tmp_path):
+    with pytest.raises(notebooks.NotebookParameterError, match="param_file"):
+        notebooks.run_notebook("02_select", tmp_path / "x.ipynb", {"param_file": "tiny"})
+    assert not (tmp_path / "x.ipynb").exists()
