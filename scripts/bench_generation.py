@@ -27,9 +27,12 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--single-prompts", type=int, default=8, help="prompts for the one-at-a-time run (it is slow)")
     args = parser.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model)
     prompts = list(tasks.get("shuffled_objects").load("test")["prompt"][: args.prompts])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.prompts} prompts x {args.n} completions, "
