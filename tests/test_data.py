@@ -33,3 +33,16 @@ def test_too_large_a_pool_is_named():
     cfg = params.load("tiny", overrides={"dataset.pool_size": 10**6})
     with pytest.raises(ValueError, match="dataset.pool_size"):
         data.load_pool(cfg)
+
+
+@pytest.mark.parametrize("params_file", ["embedded", "tiny"])
+def test_length_limits_fit_the_longest_gold_trace(params_file):
+    """A limit below the gold trace makes the hardest tiers unsolvable (their traces are cut)."""
+    cfg = params.load(params_file)
+    task = data.task_of(cfg)
+    _, tokenizer = data.load_model(cfg)
+    pool = data.load_pool(cfg)
+    longest = max(len(tokenizer(task.trace(row)).input_ids) for _, row in pool.iterrows()) + 1  # + EOS
+    assert longest <= cfg.probe.sampling.max_new_tokens
+    assert longest <= cfg.evaluate.sampling.max_new_tokens
+    assert longest <= cfg.train.max_completion_length

@@ -1,0 +1,50 @@
+"""Time each stage of a whole study from scratch, as `make study` runs it.
+
+    .venv/bin/python scripts/bench_study.py                 # params/embedded.yaml
+    .venv/bin/python scripts/bench_study.py tiny --keep     # keep the outputs folder
+
+Runs into a fresh temporary outputs folder (nothing cached), then prints seconds per stage
+and in total, and the machine it ran on.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from diffgrpo import params, study
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("params_file", nargs="?", default="embedded")
+    ap.add_argument("--keep", action="store_true", help="keep the outputs folder and print where it is")
+    args = ap.parse_args()
+
+    out = Path(tempfile.mkdtemp(prefix="diffgrpo-bench-"))
+    os.environ["DIFFGRPO_OUTPUTS"] = str(out)
+    cfg = params.load(args.params_file)
+    t0 = time.perf_counter()
+    study.main([args.params_file])
+    total = time.perf_counter() - t0
+    timings = json.loads((out / cfg.study / "timings.json").read_text())
+    print(f"\nstudy {cfg.study!r} on {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, torch {torch.__version__}")
+    print(f"{'stage':<14}{'seconds':>9}")
+    for stage, seconds in timings.items():
+        print(f"{stage:<14}{seconds:>9.1f}")
+    print(f"{'total':<14}{total:>9.1f}")
+    if args.keep:
+        print(f"outputs: {out}")
+    else:
+        shutil.rmtree(out)
+
+
+if __name__ == "__main__":
+    main()
