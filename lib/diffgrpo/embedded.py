@@ -262,7 +262,8 @@ def sampled_pass1(model, tokenizer, task, rows: pd.DataFrame, cfg: BuildConfig, 
 
 
 def tier_table(model, tokenizer, task, rows: pd.DataFrame, cfg: BuildConfig, progress: bool = False) -> pd.DataFrame:
-    """Per tier: greedy accuracy, sampled pass@1 and pass@k (k = eval_samples, temperature 1.0).
+    """Per tier: greedy accuracy, sampled pass@1 and pass@k (k = eval_samples, temperature 1.0),
+    and the longest gold trace in tokens with EOS (a smaller max_new_tokens fails that tier).
 
     With n = k samples the unbiased pass@k estimator is "any of the k is correct"."""
     gen = HFGenerator(model, tokenizer)
@@ -280,9 +281,11 @@ def tier_table(model, tokenizer, task, rows: pd.DataFrame, cfg: BuildConfig, pro
             f"pass@{cfg.eval_samples}": [max(task.score(c.text, a) for c in s) for s, a in zip(sampled, answers)],
         }
     )
+    trace_tokens = [len(tokenizer(task.trace(r), add_special_tokens=False)["input_ids"]) + 1 for r in rows.to_dict("records")]
     table = scores.groupby("tier").mean().reset_index()
     table.insert(1, "n", scores.groupby("tier").size().values)
-    overall = scores.drop(columns="tier").mean().to_dict()
+    table["max_trace_tokens"] = pd.Series(trace_tokens).groupby(scores["tier"]).max().values
+    overall = {**scores.drop(columns="tier").mean().to_dict(), "max_trace_tokens": max(trace_tokens)}
     table = pd.concat([table, pd.DataFrame([{"tier": "all", "n": len(scores), **overall}])], ignore_index=True)
     return table.round(3)
 

@@ -42,9 +42,8 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for row, seq in enumerate(seqs):
-        if seq:
-            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq) :] = 1
+        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
     return ids, mask
 
 
@@ -57,10 +56,11 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.device = next(self.model.parameters()).device
+        # stop at the tokenizer's EOS and at any the model's generation config adds
+        # (instruct models often end a turn with one token and the text with another)
         eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {e for e in [*eos, tokenizer.eos_token_id] if e is not None}
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
 
