@@ -46,3 +46,17 @@ def test_length_limits_fit_the_longest_gold_trace(params_file):
     assert longest <= cfg.probe.sampling.max_new_tokens
     assert longest <= cfg.evaluate.sampling.max_new_tokens
     assert longest <= cfg.train.max_completion_length
+
+
+def test_model_fingerprint_follows_the_files(tmp_path):
+    import shutil
+
+    cfg = params.load("tiny")
+    folder = tmp_path / "m"
+    shutil.copytree(data.model_path(cfg)[0], folder)
+    local = cfg.replace(**{"model.path": str(folder)})
+    before = data.model_fingerprint(local)
+    assert before == data.model_fingerprint(local)
+    (folder / "config.json").write_text((folder / "config.json").read_text() + " ")
+    assert data.model_fingerprint(local) != before
+    assert data.model_fingerprint(cfg.replace(**{"model.path": "Qwen/Qwen3-4B"})) == "hub:Qwen/Qwen3-4B"

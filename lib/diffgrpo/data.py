@@ -71,6 +71,30 @@ def model_path(cfg: Config) -> tuple[Path | str, str | None]:
     return cfg.model.path, cfg.model.gguf_file
 
 
+def model_fingerprint(cfg: Config) -> str:
+    """A digest of the model's files when they are local (a hub id stands for itself), so a
+    probe or evaluation is never reused after the checkpoint behind a path was rebuilt.
+    Files over 64 MiB contribute their size and first and last MiB, not every byte."""
+    import hashlib
+
+    path, gguf = model_path(cfg)
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"hub:{path}"
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and (gguf is None or p.suffix != ".gguf" or p.name == gguf)):
+        size = f.stat().st_size
+        h.update(f"{f.relative_to(folder)}:{size}".encode())
+        with open(f, "rb") as fh:
+            if size <= 64 << 20:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(1 << 20))
+                fh.seek(-(1 << 20), 2)
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
 def load_model(cfg: Config, adapter: Path | None = None):
     """(model, tokenizer) as the params say, with the CPU thread count applied first."""
     import torch

@@ -68,7 +68,7 @@ def summarize(per_prompt: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
 
 def _eval_key(cfg: Config) -> dict:
     return {
-        "model": dataclasses.asdict(cfg.model),
+        "model": {**dataclasses.asdict(cfg.model), "fingerprint": data.model_fingerprint(cfg)},
         "task": data.task_of(cfg).describe(),
         "source": cfg.dataset.source,
         "split": cfg.dataset.test_split,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import outputs_root
+from .data import model_fingerprint
 from .params import Config
 
 BASE_RUN = "base"
@@ -37,7 +38,7 @@ def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
     task = tasks.get(cfg.dataset.task, **cfg.dataset.task_options)
     return {
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file,
-                  "dtype": cfg.model.dtype},
+                  "dtype": cfg.model.dtype, "fingerprint": model_fingerprint(cfg)},
         "task": task.describe(),
         "source": cfg.dataset.source,
         "split": split or cfg.dataset.train_split,
