@@ -97,4 +97,6 @@ def test_smollm2_gguf_loads_and_generates():
     )
     assert [len(c) for c in out] == [1, 1]
     assert all(c[0].text.strip() and c[0].num_tokens <= 16 for c in out)
-    assert "<|im_start|>" not in out[0][0].text and "2 + 3" not in out[0][0].text[:6]
+    assert "5" in out[0][0].text
+    # the template's system prompt is part of the prompt, never of the completion
+    assert not any("helpful AI assistant" in c[0].text or "user" in c[0].text for c in out)
