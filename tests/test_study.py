@@ -42,7 +42,9 @@ def test_summary_json_agrees_with_the_run_files(tiny_study):
     base = pd.read_parquet(tiny_study / "eval" / "base" / "summary.parquet")["greedy_acc"].iloc[0]
     for row in runs.itertuples():
         groups = pd.read_parquet(tiny_study / "runs" / f"{row.strategy}-seed{row.seed}" / "groups.parquet")
-        assert len(groups) == cfg.train.max_steps * cfg.train.prompts_per_step
+        # one row per generated group; each feeds num_iterations optimizer steps
+        generations = -(-cfg.train.max_steps // cfg.train.num_iterations)
+        assert len(groups) == generations * cfg.train.prompts_per_step
         assert row.learnable_pct == pytest.approx(100 * groups["learnable"].mean(), abs=1e-3)
         final = pd.read_parquet(tiny_study / "eval" / f"{row.strategy}-seed{row.seed}" / "summary.parquet")
         final = final.loc[final["step"].idxmax(), "greedy_acc"]
