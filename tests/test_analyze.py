@@ -244,7 +244,8 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
                                   "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
                                   "steps": 10}
     assert summary["verdict"] == ("hard gained +12.5 points greedy accuracy over the base (0.40 -> 0.53); "
-                                  "easy gained the least (+2.5) (means over up to 2 seeds)")
+                                  "easy gained the least (+2.5) (means over up to 2 seeds). One standard error "
+                                  "on 20 test prompts is 11.0 points; the best gain is within two of them")
     x, y = [25, 25, 75, 75], [2, 3, 12, 13]
     slope, intercept = np.polyfit(x, y, 1)
     assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note"}
@@ -270,3 +271,10 @@ def test_report_without_a_paper(study):
     assert summary["paper_regression"]["r2"] is None and summary["paper_regression"]["note"]
     table1 = pd.read_csv(layout.report_dir(study) / "table1_gain.csv")
     assert set(table1["source"]) == {"ours"}
+
+
+def test_noise_scale_and_verdict_beyond_noise():
+    assert analyze.noise_pp(0.5, 100) == pytest.approx(5.0)
+    runs = pd.DataFrame({"strategy": ["hard", "easy"], "seed": [0, 0], "base_acc": [0.5, 0.5],
+                         "final_acc": [0.7, 0.52], "gain_pp": [20.0, 2.0]})
+    assert analyze.verdict(runs, "greedy_acc", 400).endswith("2.5 points; the best gain is beyond two of them")

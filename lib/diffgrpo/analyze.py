@@ -361,8 +361,15 @@ def best_strategy(runs: pd.DataFrame) -> str:
     return str(gains.loc[gains["gain_pp"].idxmax(), "strategy"])
 
 
-def verdict(runs: pd.DataFrame, metric: str) -> str:
-    """One honest line: which strategy gained most and least, flagging when none beat the base."""
+def noise_pp(base_acc: float, n_prompts: int) -> float:
+    """One binomial standard error of the base accuracy on ``n_prompts``, in points: the scale
+    below which a gain on this test set is indistinguishable from sampling noise."""
+    return 100.0 * float(np.sqrt(base_acc * (1 - base_acc) / n_prompts))
+
+
+def verdict(runs: pd.DataFrame, metric: str, n_prompts: int | None = None) -> str:
+    """One honest line: which strategy gained most and least, flagging when none beat the base
+    and, given the test set's size, when the best gain is within two standard errors."""
     gains = mean_gains(runs).set_index("strategy")
     base, name = runs["base_acc"].iloc[0], METRIC_NAMES.get(metric, metric)
     best, worst = gains["gain_pp"].idxmax(), gains["gain_pp"].idxmin()
@@ -376,6 +383,11 @@ def verdict(runs: pd.DataFrame, metric: str) -> str:
         line += f"; {worst} gained the least ({gains.loc[worst, 'gain_pp']:+.1f})"
     if gains["seeds"].max() > 1:
         line += f" (means over up to {gains['seeds'].max()} seeds)"
+    if n_prompts:
+        se = noise_pp(base, n_prompts)
+        within = "within" if abs(top["gain_pp"]) < 2 * se else "beyond"
+        line += (f". One standard error on {n_prompts} test prompts is {se:.1f} points; "
+                 f"the best gain is {within} two of them")
     return line
 
 
@@ -555,7 +567,7 @@ def report(cfg: Config) -> dict:
         "runs": runs.round(DIGITS).to_dict("records"),
         "skipped": skipped,
         "best": best_strategy(runs),
-        "verdict": verdict(runs, metric),
+        "verdict": verdict(runs, metric, int(evals.loc[evals["run_id"] == layout.BASE_RUN, "n_prompts"].iloc[0])),
         "regression": regression,
         "paper_regression": paper_fit,
     }
