@@ -14,6 +14,10 @@ matplotlib.use("Agg")
 
 _SESSION_OUTPUTS = tempfile.mkdtemp(prefix="diffgrpo-test-outputs-")
 
+# The tests run tiny models: one thread is as fast as two on an idle machine and 25-40x faster
+# when another process wants the second core (docs/benchmarks.md). Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def pytest_configure(config):
     os.environ.setdefault("DIFFGRPO_OUTPUTS", _SESSION_OUTPUTS)
