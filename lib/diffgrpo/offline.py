@@ -114,13 +114,50 @@ def archive(name: str) -> Path:
             run = subprocess.run(cmd, capture_output=True, text=True)
             got = [p for p in Path(tmp).iterdir() if p.is_file()]
             if run.returncode != 0 or len(got) != 1:
+                # pip >= 24 prepares an sdist's metadata even with --no-deps and refuses
+                # bigbench's (it declares direct-URL dependencies): fetch the file itself
                 tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-                raise OfflineError(
-                    f"could not download {pkg.name}=={pkg.version} with pip ({' | '.join(tail)}); "
-                    f"to work without a registry, put its wheel or sdist into {root}"
-                )
+                try:
+                    got = [_fetch_from_index(pkg, Path(tmp))]
+                except Exception as e:  # noqa: BLE001 - both routes failed: report both
+                    raise OfflineError(
+                        f"could not download {pkg.name}=={pkg.version} with pip ({' | '.join(tail)}) "
+                        f"nor from the package index ({e}); to work without a registry, put its "
+                        f"wheel or sdist into {root}"
+                    ) from e
             os.replace(got[0], root / got[0].name)
             return root / got[0].name
+
+
+def _fetch_from_index(pkg: Package, folder: Path) -> Path:
+    """Download ``pkg``'s wheel or sdist from the package index's JSON API (PEP 691),
+    checking its sha256: the same file pip would fetch, without preparing its metadata."""
+    import hashlib
+    import json
+    import urllib.request
+
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(f"{index}/{pkg.name}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        listing = json.load(r)
+    stem = f"{pkg.name}-{pkg.version}".lower().replace("-", "_")
+    wanted = [f for f in listing["files"] if f["filename"].lower().replace("-", "_").startswith(stem + ".")
+              or f["filename"].lower().replace("-", "_").startswith(stem + "_")]
+    wanted = [f for f in wanted if f["filename"].endswith((".whl", ".tar.gz", ".zip"))]
+    if not wanted:
+        raise OfflineError(f"{index}/{pkg.name}/ lists no file for version {pkg.version}")
+    entry = wanted[0]
+    dest = folder / entry["filename"]
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(entry["url"], timeout=600) as r, open(dest, "wb") as out:
+        while chunk := r.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    expected = entry.get("hashes", {}).get("sha256")
+    if expected and digest.hexdigest() != expected:
+        raise OfflineError(f"{entry['filename']}: sha256 {digest.hexdigest()} does not match the index's {expected}")
+    return dest
 
 
 def _find_archive(root: Path, pkg: Package) -> Path | None:
