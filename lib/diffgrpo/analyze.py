@@ -2,7 +2,7 @@
 
 Reads only files the earlier stages wrote (run manifests, per-group rewards, eval summaries and
 tiers, selections) and writes ``outputs/<study>/report/``: tables as CSV + markdown, figures as
-PNG, and ``summary.json``. Our numbers and the papers' (``data/paper_<id>.csv``) share one long
+PNG, and ``summary.json``. Our numbers and the papers' (``reported/paper_<id>.csv``) share one long
 format (source, dataset, model, strategy, metric, value), so each table shows ours beside
 theirs in the paper's own layout: a row per dataset x model, a column per strategy.
 
@@ -36,7 +36,7 @@ from .params import Config
 
 #: 003's column order; other strategies follow alphabetically, the base model comes first
 STRATEGY_ORDER = ("easy", "middle", "hard", "random")
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parent / "reported"  # the papers' numbers, one CSV per paper
 METRIC_NAMES = {"greedy_acc": "greedy accuracy", "pass@1": "pass@1"}
 #: columns of every "ours beside theirs" table
 LONG_COLUMNS = ["source", "dataset", "model", "metric", "strategy", "value", "sd", "n"]
