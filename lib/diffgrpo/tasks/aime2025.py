@@ -19,9 +19,8 @@ import pandas as pd
 from .. import offline
 from . import register
 from .base import (
-    Task,
+    NumericTask,
     TaskError,
-    extract_number,
     load_hub,
     normalize_number,
     read_table,
@@ -40,7 +39,7 @@ SYSTEM = (
 
 
 @register
-class AIME2025(Task):
+class AIME2025(NumericTask):
     """Option ``part``: "I", "II" or "both" (default). Columns: id, prompt, answer (the
     integer, as a string), tier (None), question, part, problem (1-15)."""
 
@@ -79,12 +78,6 @@ class AIME2025(Task):
         )
         df.attrs["source"] = where
         return validate_rows(df, where)
-
-    def extract(self, completion: str) -> str | None:
-        return extract_number(completion)
-
-    def normalize_gold(self, answer: str) -> str:
-        return normalize_number(answer)
 
     def _hub(self) -> pd.DataFrame:
         return _numbered({p: load_hub(HUB_REPO, f"AIME2025-{p}", "test") for p in self.parts})

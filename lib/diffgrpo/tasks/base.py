@@ -267,3 +267,14 @@ def _plain(text: str) -> str:
     "\\frac{1}{2}" -> "1/2", a Unicode minus -> "-"."""
     text = text.replace("{,}", ",").replace("\\,", "").replace("\\!", "").replace("\u2212", "-")
     return _FRAC.sub(r"\1/\2", text)
+
+
+class NumericTask(Task):
+    """A task whose answer is one number (gsm8k, aime2025): the completion's final number,
+    compared with the gold after the same normalisation."""
+
+    def extract(self, completion: str) -> str | None:
+        return extract_number(completion)
+
+    def normalize_gold(self, answer: str) -> str:
+        return normalize_number(answer)

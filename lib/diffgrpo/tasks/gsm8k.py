@@ -16,11 +16,9 @@ import pandas as pd
 from .. import offline
 from . import register
 from .base import (
-    Task,
+    NumericTask,
     TaskError,
-    extract_number,
     load_hub,
-    normalize_number,
     read_table,
     rows_from,
     validate_rows,
@@ -36,7 +34,7 @@ SYSTEM = (
 
 
 @register
-class GSM8K(Task):
+class GSM8K(NumericTask):
     """Columns: id, prompt, answer (the number after ``####``, as written: "1,600", "-3"),
     tier (None), question, solution (the reference reasoning)."""
 
@@ -62,12 +60,6 @@ class GSM8K(Task):
         )
         df.attrs["source"] = where
         return validate_rows(df, where)
-
-    def extract(self, completion: str) -> str | None:
-        return extract_number(completion)
-
-    def normalize_gold(self, answer: str) -> str:
-        return normalize_number(answer)
 
 
 def _prompt(question: str) -> list[dict[str, str]]:
