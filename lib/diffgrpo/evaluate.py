@@ -78,13 +78,14 @@ def _eval_key(cfg: Config) -> dict:
 
 
 def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Path | None,
-                    progress: bool, label: str) -> pd.DataFrame:
-    """Greedy and sampled completions of one model (base or base + adapter), scored."""
+                    run_key: dict, progress: bool, label: str) -> pd.DataFrame:
+    """Greedy and sampled completions of one model (base or base + adapter), scored.
+    ``run_key`` is the run's :func:`_eval_key`, computed once per run (it hashes the model files)."""
     ev = cfg.evaluate
     model, tokenizer = data.load_model(cfg, adapter=adapter)
     gen = HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
     task = data.task_of(cfg)
-    key = {**_eval_key(cfg), "adapter": adapter.name if adapter else None}
+    key = {**run_key, "adapter": adapter.name if adapter else None}
     frames = []
     if ev.greedy:
         g = sample_and_score(gen, task, rows, n=1, temperature=0.0, top_p=1.0,
@@ -120,10 +121,11 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
     out_dir = layout.eval_dir(cfg, rid)
     rows = data.load_test(cfg)
     ks = _check_ks(cfg)
+    run_key = _eval_key(cfg)
     all_samples, summaries, tiers = [], [], []
     for step, adapter in sorted(steps.items()):
-        samples = _evaluate_model(cfg, rows, out_dir / "work" / f"step-{step}", adapter, progress,
-                                  label=f"{rid} step {step}")
+        samples = _evaluate_model(cfg, rows, out_dir / "work" / f"step-{step}", adapter, run_key,
+                                  progress, label=f"{rid} step {step}")
         overall, tier = summarize(score_table(samples, rows, ks))
         head = {"run_id": rid, "strategy": strategy, "seed": seed, "step": step}
         summaries.append({**head, **overall})
@@ -131,7 +133,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
         all_samples.append(samples.assign(step=step))
     _write(out_dir, pd.concat(all_samples, ignore_index=True), pd.DataFrame(summaries),
            pd.concat(tiers, ignore_index=True))
-    artifacts.write_json(out_dir / "manifest.json", {"key": _eval_key(cfg), "steps": sorted(steps)})
+    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps)})
     return out_dir
 
 

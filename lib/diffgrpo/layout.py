@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import outputs_root
-from .data import model_fingerprint
+from .data import model_fingerprint, task_of
 from .params import Config
 
 BASE_RUN = "base"
@@ -33,13 +33,10 @@ def study_dir(cfg: Config) -> Path:
 
 def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
     """Everything that decides a probe's result: a probe is reused only when all match."""
-    from . import tasks
-
-    task = tasks.get(cfg.dataset.task, **cfg.dataset.task_options)
     return {
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file,
                   "dtype": cfg.model.dtype, "fingerprint": model_fingerprint(cfg)},
-        "task": task.describe(),
+        "task": task_of(cfg).describe(),
         "source": cfg.dataset.source,
         "split": split or cfg.dataset.train_split,
         "pool_size": cfg.dataset.pool_size,
