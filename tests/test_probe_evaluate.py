@@ -110,3 +110,30 @@ def test_per_prompt_refuses_a_short_probe():
     samples = pd.DataFrame({"prompt_id": ["a"] * 3, "correct": [1.0, 0, 0], "num_tokens": [1, 2, 3]})
     with pytest.raises(ValueError, match="expected K=4"):
         probe.per_prompt(rows, samples, 4)
+
+
+def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeypatch):
+    from diffgrpo import data
+
+    rows = data.load_test(cfg)
+    task = get(cfg.dataset.task, **cfg.dataset.task_options)
+    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))
+    out = evaluate.evaluate_base(cfg, progress=False)
+    first = pd.read_parquet(out / "summary.parquet")
+    # as if interrupted after the last chunk, before the run's files: the rerun reads the
+    # chunks and must not load the model (here, loading fails)
+    (out / "manifest.json").unlink()
+    (out / "summary.parquet").unlink()
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded although every chunk was on disk")
+
+    monkeypatch.setattr(evaluate.data, "load_model", no_load)
+    out = evaluate.evaluate_base(cfg, progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "summary.parquet"), first)
+    # a missing chunk does load it
+    next((out / "work").rglob("part-*.parquet")).unlink()
+    (out / "manifest.json").unlink()
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        evaluate.evaluate_base(cfg, progress=False)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import artifacts, data, layout
-from .generation import HFGenerator
+from .generation import HFGenerator, LazyGenerator
 from .params import Config
 from .sampling import sample_and_score
 
@@ -82,8 +82,12 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     """Greedy and sampled completions of one model (base or base + adapter), scored.
     ``run_key`` is the run's :func:`_eval_key`, computed once per run (it hashes the model files)."""
     ev = cfg.evaluate
-    model, tokenizer = data.load_model(cfg, adapter=adapter)
-    gen = HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
+
+    def make() -> HFGenerator:  # loaded only if some chunk is missing
+        model, tokenizer = data.load_model(cfg, adapter=adapter)
+        return HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
+
+    gen = LazyGenerator(make)
     task = data.task_of(cfg)
     key = {**run_key, "adapter": adapter.name if adapter else None}
     frames = []

@@ -124,3 +124,20 @@ class HFGenerator:
                 text = self.tokenizer.decode(tokens[:k], skip_special_tokens=True)
                 return Completion(text=text, num_tokens=k + 1, finished=True)
         return Completion(text=self.tokenizer.decode(tokens, skip_special_tokens=True), num_tokens=len(tokens), finished=False)
+
+
+class LazyGenerator:
+    """A generator built on its first ``generate`` call: work already cached on disk then
+    costs no model load (evaluating a checkpoint whose chunks are all written loads nothing)."""
+
+    def __init__(self, make):
+        self._make, self._generator = make, None
+
+    @property
+    def loaded(self) -> bool:
+        return self._generator is not None
+
+    def generate(self, *args, **kwargs):
+        if self._generator is None:
+            self._generator = self._make()
+        return self._generator.generate(*args, **kwargs)
