@@ -25,7 +25,7 @@ def main() -> None:
     defaults = embedded.BuildConfig()
     for f in fields(defaults):
         default = getattr(defaults, f.name)
-        kind = json.loads if isinstance(default, dict) else int if default is None else type(default)
+        kind = json.loads if isinstance(default, dict) or "list" in str(f.type) else int if default is None else type(default)
         parser.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None, help=f"default: {default!r}")
     args = vars(parser.parse_args())
     out, quiet = args.pop("out"), args.pop("quiet")

@@ -13,7 +13,7 @@ from diffgrpo.generation import HFGenerator
 from diffgrpo.models import load_model
 
 TINY = dict(
-    corpus_size=600, steps=30, eval_every=10, select_size=32, eval_size=16, eval_samples=2,
+    corpus_size=600, steps=30, eval_every=10, select_size=32, eval_per_tier=8, eval_samples=2,
     hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_new_tokens=24,
     task_options={"swaps": [1, 2], "train_size": 40, "test_size": 16},
 )
@@ -89,7 +89,23 @@ def test_packaged_checkpoint_leaves_grpo_something_to_learn():
     info = json.loads((embedded.default_path() / "build_info.json").read_text())
     table = pd.DataFrame([r for r in info["tiers"] if r["tier"] != "all"]).set_index("tier")
     k = info["config"]["eval_samples"]
+    people = info["task"]["people"]
+    chance = sum(1 / n for n in range(people[0], people[1] + 1)) / (people[1] - people[0] + 1)  # 0.26
+    assert table["n"].min() >= 200  # each rate within about +-0.03
     assert table["greedy"].iloc[0] >= 0.9  # the easiest tier is nearly solved
-    assert table["greedy"].iloc[-1] < 0.3  # the hardest is mostly failed
+    # the hardest is mostly failed, near the chance of guessing the holder; not below it:
+    # below chance means broken traces, which GRPO did not repair here (docs/testbed_log.md)
+    assert chance - 0.05 <= table["greedy"].iloc[-1] <= chance + 0.1
     middle = table.iloc[1:-1]
     assert (middle[f"pass@{k}"] - middle["pass@1"] >= 0.2).all()  # mixed groups for GRPO
+
+
+def test_corpus_follows_the_tier_weights():
+    opts = {"swaps": [1, 3], "train_size": 20, "test_size": 10}
+    cfg = embedded.BuildConfig(corpus_size=600, task_options=opts, tier_weights=[4, 1, 1])
+    counts = embedded.pretraining_corpus(cfg, set())["tier"].value_counts().to_dict()
+    assert counts == {1: 400, 2: 100, 3: 100}
+    cfg = embedded.BuildConfig(corpus_size=700, task_options=opts, tier_decay=0.5)
+    assert embedded.pretraining_corpus(cfg, set())["tier"].value_counts().to_dict() == {1: 400, 2: 200, 3: 100}
+    with pytest.raises(ValueError, match=r"tier_weights: need 3 positive weights \(tiers \[1, 2, 3\]\)"):
+        embedded.pretraining_corpus(embedded.BuildConfig(task_options=opts, tier_weights=[1, 1]), set())
