@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import artifacts, data, layout
+from . import artifacts, data, layout, parallel
 from .generation import HFGenerator, LazyGenerator
 from .params import Config
 from .sampling import sample_and_score
@@ -187,3 +187,12 @@ def read_summary(cfg: Config, rid: str, out_dir: Path | None = None) -> pd.DataF
         raise FileNotFoundError(f"{path}: no evaluation of {rid!r}; run the evaluate stage")
     return pd.read_parquet(path)
 
+
+
+def evaluate_runs(cfg: Config, progress: bool = True) -> pd.DataFrame:
+    """The base model, then every run of the study (``cfg.workers`` at a time); all summaries."""
+    evaluate_base(cfg, progress)
+    jobs = [(cfg, s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
+    ids = [layout.run_id(s, seed) for _, s, seed in jobs]
+    parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=ids, progress=progress, desc="evaluate")
+    return pd.concat([read_summary(cfg, rid) for rid in ids], ignore_index=True)

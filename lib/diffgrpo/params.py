@@ -163,6 +163,8 @@ class Config:
     study: str = _f("embedded", doc="name of the study; outputs go to outputs/<study>/")
     description: str = _f("", doc="what this params set reproduces, in words")
     seed: int = _f(0, lo=0)
+    workers: int = _f(1, lo=1, doc="training / evaluation runs at once, each in its own process "
+                      "(a CPU: up to one per core with model.torch_threads 1; one GPU: 1)")
     model: ModelConfig = _f(factory=ModelConfig)
     dataset: DatasetConfig = _f(factory=DatasetConfig)
     probe: ProbeConfig = _f(factory=ProbeConfig)

@@ -66,7 +66,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from . import artifacts, data, layout, params
+from . import artifacts, data, layout, parallel, params
 from .generation import encode_prompt
 from .params import Config
 
@@ -432,3 +432,11 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     })
     return run_dir
 
+
+
+def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
+    """Every (strategy, seed) run of the study, ``cfg.workers`` at a time; run id -> folder."""
+    jobs = [(cfg, s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
+    ids = [layout.run_id(s, seed) for _, s, seed in jobs]
+    done = parallel.run_jobs(train_run, jobs, cfg.workers, names=ids, progress=progress, desc="train")
+    return dict(zip(ids, done))
