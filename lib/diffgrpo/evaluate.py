@@ -188,11 +188,11 @@ def read_summary(cfg: Config, rid: str, out_dir: Path | None = None) -> pd.DataF
     return pd.read_parquet(path)
 
 
-
 def evaluate_runs(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """The base model, then every run of the study (``cfg.workers`` at a time); all summaries."""
     evaluate_base(cfg, progress)
-    jobs = [(cfg, s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
-    ids = [layout.run_id(s, seed) for _, s, seed in jobs]
-    parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=ids, progress=progress, desc="evaluate")
+    runs = layout.planned_runs(cfg)
+    ids = [layout.run_id(s, seed) for s, seed in runs]
+    parallel.run_jobs(evaluate_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
+                      progress=progress, desc="evaluate")
     return pd.concat([read_summary(cfg, rid) for rid in ids], ignore_index=True)

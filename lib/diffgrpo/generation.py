@@ -133,10 +133,6 @@ class LazyGenerator:
     def __init__(self, make):
         self._make, self._generator = make, None
 
-    @property
-    def loaded(self) -> bool:
-        return self._generator is not None
-
     def generate(self, *args, **kwargs):
         if self._generator is None:
             self._generator = self._make()

@@ -68,6 +68,11 @@ def run_id(strategy: str, seed: int) -> str:
     return f"{strategy}-seed{seed}"
 
 
+def planned_runs(cfg: Config) -> list[tuple[str, int]]:
+    """The study's (strategy, seed) runs: train.strategies (default: every selection) x train.seeds."""
+    return [(s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
+
+
 def run_dir(cfg: Config, strategy: str, seed: int) -> Path:
     return study_dir(cfg) / "runs" / run_id(strategy, seed)
 

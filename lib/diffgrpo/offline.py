@@ -141,10 +141,7 @@ def _fetch_from_index(pkg: Package, folder: Path) -> Path:
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=60) as r:
         listing = json.load(r)
-    stem = f"{pkg.name}-{pkg.version}".lower().replace("-", "_")
-    wanted = [f for f in listing["files"] if f["filename"].lower().replace("-", "_").startswith(stem + ".")
-              or f["filename"].lower().replace("-", "_").startswith(stem + "_")]
-    wanted = [f for f in wanted if f["filename"].endswith((".whl", ".tar.gz", ".zip"))]
+    wanted = [f for f in listing["files"] if _is_archive_of(f["filename"], pkg)]
     if not wanted:
         raise OfflineError(f"{index}/{pkg.name}/ lists no file for version {pkg.version}")
     entry = wanted[0]
@@ -160,15 +157,17 @@ def _fetch_from_index(pkg: Package, folder: Path) -> Path:
     return dest
 
 
+def _is_archive_of(filename: str, pkg: Package) -> bool:
+    """``filename`` is a wheel or sdist of exactly ``pkg.name`` ``pkg.version`` (names compared
+    with ``-`` and ``_`` alike, so ``1.0.0`` does not take ``1.0.01``'s file)."""
+    name, stem = filename.lower().replace("-", "_"), f"{pkg.name}-{pkg.version}".lower().replace("-", "_")
+    return name.startswith((stem + ".", stem + "_")) and name.endswith((".whl", ".tar.gz", ".zip"))
+
+
 def _find_archive(root: Path, pkg: Package) -> Path | None:
-    stem = f"{pkg.name}-{pkg.version}".lower().replace("-", "_")
     if not root.is_dir():
         return None
-    for p in sorted(root.iterdir()):
-        name = p.name.lower().replace("-", "_")
-        if p.is_file() and name.startswith(stem) and name.endswith((".whl", ".tar.gz", ".zip")):
-            return p
-    return None
+    return next((p for p in sorted(root.iterdir()) if p.is_file() and _is_archive_of(p.name, pkg)), None)
 
 
 def _extract(path: Path, wanted: dict[str, Path], label: str) -> None:

@@ -307,8 +307,6 @@ def _versions() -> dict[str, str]:
             "peft": peft.__version__}
 
 
-
-
 # ---- the run ------------------------------------------------------------------------------
 class EpochSampler(RepeatSampler):
     """TRL's sampler, reseeded from (seed, epoch) at each epoch. TRL's own draws every
@@ -425,10 +423,10 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     return run_dir
 
 
-
 def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
     """Every (strategy, seed) run of the study, ``cfg.workers`` at a time; run id -> folder."""
-    jobs = [(cfg, s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
-    ids = [layout.run_id(s, seed) for _, s, seed in jobs]
-    done = parallel.run_jobs(train_run, jobs, cfg.workers, names=ids, progress=progress, desc="train")
+    runs = layout.planned_runs(cfg)
+    ids = [layout.run_id(s, seed) for s, seed in runs]
+    done = parallel.run_jobs(train_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
+                             progress=progress, desc="train")
     return dict(zip(ids, done))
