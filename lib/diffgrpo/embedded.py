@@ -6,7 +6,7 @@ Qwen2 decoder (4 layers, hidden 128, MLP 384, 4 heads), and a short pretraining 
 prompt + gold trace sequences (loss on the completion only).
 
 The competent-but-unreliable window is narrow (greedy accuracy jumps from 0.44 to 0.95 in
-about 100 steps, STACK.md), so pretraining snapshots the weights every ``eval_every`` steps,
+about 100 steps, docs/stack.md), so pretraining snapshots the weights every ``eval_every`` steps,
 measures sampled pass@1 on held-out prompts, and keeps the snapshot nearest
 ``target_pass1``. The result must leave GRPO something to learn: greedy near 1.0 on the
 easiest tier, near chance on the hardest (a guess among the 3-5 holders is right 26% of the
@@ -21,6 +21,8 @@ The packaged checkpoint lives at :func:`default_path`; ``scripts/build_embedded.
 from __future__ import annotations
 
 import copy
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 from . import artifacts, tasks
@@ -217,7 +219,7 @@ def train_tokenizer(corpus: pd.DataFrame, task, vocab_size: int) -> PreTrainedTo
     )
     texts = list(corpus["question"]) + [task.trace(r) for r in corpus.to_dict("records")]
     bpe.train_from_iterator(texts, trainer=trainer)
-    # padding_side survives save and reload only when given to the constructor (STACK.md)
+    # padding_side survives save and reload only when given to the constructor (docs/stack.md)
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token=EOS, pad_token=PAD, padding_side="left", chat_template=CHAT_TEMPLATE
     )
@@ -308,4 +310,47 @@ def save(model, tokenizer, out_dir: str | Path, info: dict) -> Path:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     artifacts.write_json(out / "build_info.json", info)
+    return out
+
+
+# ---- a random tiny model for smoke runs on real tasks ----------------------------------------
+#: ``model.path: tiny-random``: the embedded tokenizer (byte-level, so any text encodes) on a
+#: 2-layer, hidden-32 Qwen2 with random weights and room for the longest real prompts (AIME,
+#: MATH: about 2,000 byte-level tokens). It answers nothing right on purpose; it exists so
+#: that every task runs through every stage in seconds (tests, first tries of a new task).
+TINY_RANDOM = "tiny-random"
+TINY_RANDOM_VERSION = 1  # bump when the recipe changes: the folder name carries it
+
+
+def tiny_random(cache: str | Path) -> Path:
+    """The tiny random model's folder under ``cache``, built once (deterministic: seed 0,
+    one thread, so every machine builds the same bytes and the same model fingerprint)."""
+    out = Path(cache) / f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}"
+    if (out / "config.json").exists():
+        return out
+    tokenizer = AutoTokenizer.from_pretrained(default_path())
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_num_threads(threads)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    # build beside, then rename: a concurrent or interrupted build never leaves half a model
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o777 & ~artifacts._umask())  # mkdtemp makes 0700
+    save(model, tokenizer, tmp, {"recipe": TINY_RANDOM, "version": TINY_RANDOM_VERSION,
+                                 "num_parameters": sum(p.numel() for p in model.parameters())})
+    try:
+        tmp.rename(out)
+    except OSError:  # another process built it first
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

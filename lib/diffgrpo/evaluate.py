@@ -18,7 +18,6 @@ strategy, seed, step, greedy_acc, pass@1, pass@k..., n_prompts) and ``tiers.parq
 
 from __future__ import annotations
 
-import dataclasses
 from math import comb
 from pathlib import Path
 
@@ -66,21 +65,11 @@ def summarize(per_prompt: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
     return overall, tiers.reset_index()
 
 
-def _eval_key(cfg: Config) -> dict:
-    return {
-        "model": {**dataclasses.asdict(cfg.model), "fingerprint": data.model_fingerprint(cfg)},
-        "task": data.task_of(cfg).describe(),
-        "source": cfg.dataset.source,
-        "split": cfg.dataset.test_split,
-        "test_size": cfg.dataset.test_size,
-        "evaluate": {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"},
-    }
-
-
 def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Path | None,
                     run_key: dict, progress: bool, label: str) -> pd.DataFrame:
     """Greedy and sampled completions of one model (base or base + adapter), scored.
-    ``run_key`` is the run's :func:`_eval_key`, computed once per run (it hashes the model files)."""
+    ``run_key`` is :func:`layout.eval_key`, computed once per run (it hashes the model files);
+    the adapter's own identity is added here, so a retrained adapter is evaluated afresh."""
     ev = cfg.evaluate
 
     def make() -> HFGenerator:  # loaded only if some chunk is missing
@@ -89,7 +78,7 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
 
     gen = LazyGenerator(make)
     task = data.task_of(cfg)
-    key = {**run_key, "adapter": adapter.name if adapter else None}
+    key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []
     if ev.greedy:
         g = sample_and_score(gen, task, rows, n=1, temperature=0.0, top_p=1.0,
@@ -120,12 +109,12 @@ def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: p
 
 
 def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
-                    steps: dict[int, Path | None], progress: bool) -> Path:
+                    steps: dict[int, Path | None], progress: bool, trained: dict | None = None) -> Path:
     """Evaluate the given checkpoints (step -> adapter folder, None = base); write the run's files."""
     out_dir = layout.eval_dir(cfg, rid)
     rows = data.load_test(cfg)
     ks = _check_ks(cfg)
-    run_key = _eval_key(cfg)
+    run_key = layout.eval_key(cfg)
     all_samples, summaries, tiers = [], [], []
     for step, adapter in sorted(steps.items()):
         samples = _evaluate_model(cfg, rows, out_dir / "work" / f"step-{step}", adapter, run_key,
@@ -137,7 +126,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
         all_samples.append(samples.assign(step=step))
     _write(out_dir, pd.concat(all_samples, ignore_index=True), pd.DataFrame(summaries),
            pd.concat(tiers, ignore_index=True))
-    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps)})
+    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps), "trained": trained})
     return out_dir
 
 
@@ -145,9 +134,10 @@ def evaluate_base(cfg: Config, progress: bool = True) -> Path:
     """The base model on the test set, once per test set and settings."""
     out_dir = layout.eval_dir(cfg, layout.BASE_RUN)
     manifest = out_dir / "manifest.json"
-    if manifest.exists() and artifacts.read_json(manifest).get("key") == artifacts.jsonable(_eval_key(cfg)):
-        return out_dir
-    return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress)
+    with artifacts.exclusive(out_dir, wait=True):  # every run's evaluation needs it: the others wait
+        if manifest.exists() and artifacts.read_json(manifest).get("key") == layout.eval_key(cfg):
+            return out_dir
+        return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress)
 
 
 def checkpoints(run_dir: Path) -> dict[int, Path]:
@@ -161,21 +151,44 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
     return found
 
 
+def check_finished(run_dir: Path, max_steps: int) -> dict:
+    """Refuse to score a run that is not finished: a killed or running train leaves
+    checkpoints that look like a result and are not the study's."""
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
+    m = artifacts.read_json(path)
+    if m.get("status") != "complete" or m.get("steps_done") != max_steps:
+        raise RuntimeError(
+            f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
+            f"train.max_steps = {max_steps} steps); rerun the train stage (03_train), which resumes it, "
+            "before evaluating")
+    return layout.trained_identity(m)
+
+
 def evaluate_run(cfg: Config, strategy: str, seed: int, progress: bool = True) -> Path:
     """Every checkpoint of one run (or only the last, with evaluate.checkpoints = final)."""
     run_dir = layout.run_dir(cfg, strategy, seed)
+    trained = check_finished(run_dir, cfg.train.max_steps)
     steps: dict[int, Path | None] = dict(checkpoints(run_dir))
     if cfg.evaluate.checkpoints == "final":
         last = max(steps)
         steps = {last: steps[last]}
     base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress))
-    out = _evaluate_steps(cfg, layout.run_id(strategy, seed), strategy, seed, steps, progress)
+    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(strategy, seed))):
+        return _with_base_rows(cfg, strategy, seed, base, steps, trained, progress)
+
+
+def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
+                    trained: dict, progress: bool) -> Path:
+    """Evaluate the run's checkpoints, then prepend the base model as its step 0."""
+    out = _evaluate_steps(cfg, layout.run_id(strategy, seed), strategy, seed, steps, progress, trained)
     # the base model is the run's step 0
-    summary = pd.read_parquet(out / "summary.parquet")
+    summary = artifacts.read_parquet(out / "summary.parquet", "04_evaluate")
     base_row = base.assign(run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
     artifacts.write_parquet(out / "summary.parquet", pd.concat([base_row, summary], ignore_index=True))
-    tiers = pd.read_parquet(out / "tiers.parquet")
-    base_tiers = pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet").assign(
+    tiers = artifacts.read_parquet(out / "tiers.parquet", "04_evaluate")
+    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet", "04_evaluate").assign(
         run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
     artifacts.write_parquet(out / "tiers.parquet", pd.concat([base_tiers, tiers], ignore_index=True))
     return out

@@ -8,7 +8,7 @@ decodes only the completion tokens, so an example answer in the prompt can never
 the model's.
 
 A vLLM backend belongs beside this one with the same ``generate`` signature and the same
-:class:`Completion` records (GPU machines only; vLLM cannot share this CPU env, see STACK.md).
+:class:`Completion` records (GPU machines only; vLLM cannot share this CPU env, see docs/stack.md).
 """
 
 from __future__ import annotations

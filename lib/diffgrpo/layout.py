@@ -20,8 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import artifacts
 from .artifacts import outputs_root
-from .data import model_fingerprint, task_of
+from .data import files_fingerprint, model_fingerprint, task_of
 from .params import Config
 
 BASE_RUN = "base"
@@ -31,19 +32,73 @@ def study_dir(cfg: Config) -> Path:
     return outputs_root() / cfg.study
 
 
-def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
+# ---- run identity -----------------------------------------------------------------------
+# The one place that says what decides each cached artifact. A probe folder, a training run
+# and an evaluation are reused only when every part of their key matches; everything that can
+# change a result is in it (the model's files, the rows, the settings, the exact adapter).
+
+
+def model_identity(cfg: Config) -> dict[str, Any]:
+    """The model as the params name it, plus a digest of its files (a rebuilt checkpoint behind
+    the same path is another model)."""
+    return {**dataclasses.asdict(cfg.model), "fingerprint": model_fingerprint(cfg)}
+
+
+def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
+    """What decides the rows of the pool (``role`` "pool") or of the held-out set ("test"):
+    the task and its options, the source, both splits and sizes (one split may feed both),
+    and the study seed that cuts them (:func:`data.load_pool`)."""
+    d = cfg.dataset
+    return {"task": task_of(cfg).describe(), "source": d.source, "role": role,
+            "split": d.train_split if role == "pool" else d.test_split,
+            "splits": [d.train_split, d.test_split], "sizes": [d.pool_size, d.test_size], "seed": cfg.seed}
+
+
+def probe_key(cfg: Config) -> dict[str, Any]:
     """Everything that decides a probe's result: a probe is reused only when all match."""
-    return {
-        "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file,
-                  "dtype": cfg.model.dtype, "fingerprint": model_fingerprint(cfg)},
-        "task": task_of(cfg).describe(),
-        "source": cfg.dataset.source,
-        "split": split or cfg.dataset.train_split,
-        "pool_size": cfg.dataset.pool_size,
+    return artifacts.jsonable({
+        "model": model_identity(cfg),
+        "rows": rows_identity(cfg, "pool"),
         "k": cfg.probe.k,
+        "one_sample": cfg.probe.one_sample,
         "sampling": dataclasses.asdict(cfg.probe.sampling),
         "seed": cfg.probe.seed,
-    }
+    })
+
+
+def run_key(cfg: Config, selection_ids: list[str]) -> dict[str, Any]:
+    """What decides a training run's result, bar ``max_steps`` (a finished run may be extended):
+    a resume must match it, and an evaluation of the run's adapters carries it."""
+    train = {k: v for k, v in dataclasses.asdict(cfg.train).items() if k not in ("max_steps", "strategies", "seeds")}
+    return artifacts.jsonable({
+        "model": model_identity(cfg),
+        "rows": rows_identity(cfg, "pool"),
+        "train": train,
+        "selection_sha": hashlib.sha256("\n".join(selection_ids).encode()).hexdigest()[:16],
+    })
+
+
+def eval_key(cfg: Config) -> dict[str, Any]:
+    """What decides the evaluation of the base model on the held-out set; a checkpoint's key
+    adds :func:`adapter_identity`."""
+    ev = {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"}
+    return artifacts.jsonable({"model": model_identity(cfg), "rows": rows_identity(cfg, "test"), "evaluate": ev})
+
+
+def adapter_identity(adapter: Path) -> dict[str, Any]:
+    """An adapter checkpoint by the digest of its files: a run retrained under the same
+    folder name is another adapter, and its evaluation is recomputed."""
+    return {"folder": adapter.name, "fingerprint": files_fingerprint(adapter, skip=ADAPTER_STATE_FILES)}
+
+
+def trained_identity(run_manifest: dict[str, Any]) -> dict[str, Any]:
+    """Which training of a run an evaluation scored (kept in the evaluation's manifest, so the
+    report refuses an evaluation older than the run it stands for)."""
+    return {"key": key_hash(run_manifest["key"]), "steps_done": run_manifest["steps_done"]}
+
+
+#: files of a checkpoint folder that are trainer state, not the adapter
+ADAPTER_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin")
 
 
 def key_hash(key: dict[str, Any]) -> str:
@@ -52,7 +107,7 @@ def key_hash(key: dict[str, Any]) -> str:
 
 def probe_dir(cfg: Config) -> Path:
     key = probe_key(cfg)
-    name = f"{cfg.dataset.task}-{key['split']}-k{cfg.probe.k}-{key_hash(key)}"
+    name = f"{cfg.dataset.task}-{key['rows']['split']}-k{cfg.probe.k}-{key_hash(key)}"
     return study_dir(cfg) / "probe" / cfg.model.name / name
 
 

@@ -6,6 +6,7 @@ cell, so a typo would silently run the default. :func:`run_notebook` checks the 
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,31 @@ from .artifacts import project_root
 
 STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
+#: what every stage notebook's ``parameters`` cell declares (a test checks each notebook)
+PARAMETERS = ("params_file", "overrides", "progress")
+#: names IPython itself puts in a kernel's namespace
+_KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
 
 
 class NotebookParameterError(ValueError):
     pass
+
+
+class StageFailed(RuntimeError):
+    """A stage notebook raised; the message names the error and the executed copy to read."""
+
+
+def refuse_unknown_parameters(namespace: dict[str, Any]) -> None:
+    """Called first thing after a notebook's parameters cell: papermill run directly (not
+    through :func:`run_notebook`) injects a misspelled parameter (``-p params_fil tiny``) with
+    only a warning and the notebook would run its default study. Here any name beside the
+    declared parameters is an error."""
+    unknown = sorted(k for k, v in namespace.items()
+                     if not k.startswith("_") and k not in _KERNEL_NAMES and k not in PARAMETERS
+                     and not isinstance(v, types.ModuleType))
+    if unknown:
+        raise NotebookParameterError(f"unknown parameter(s) {unknown}; this notebook's parameters are "
+                                     f"{list(PARAMETERS)}")
 
 
 def notebook_path(stage: str) -> Path:
@@ -51,12 +73,18 @@ def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel:
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     running = out_path.with_suffix(".running.ipynb")
+    failed = out_path.with_suffix(".failed.ipynb")
     try:
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
                                    progress_bar=progress, cwd=str(nb.parent))
+    except papermill.PapermillExecutionError as err:
+        if running.exists():
+            running.replace(failed)
+        raise StageFailed(f"{stage}: {err.ename}: {err.evalue}\n  the traceback is in {failed}") from None
     except BaseException:
         if running.exists():
-            running.replace(out_path.with_suffix(".failed.ipynb"))
+            running.replace(failed)
         raise
+    failed.unlink(missing_ok=True)
     running.replace(out_path)
     return out_path

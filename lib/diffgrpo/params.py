@@ -17,6 +17,7 @@ of every parameter is written beside each run's outputs (:func:`Config.to_dict`)
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -220,7 +221,44 @@ def load(*files: str | Path, overrides: dict[str, Any] | None = None, defaults: 
 
 
 def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
-    return _convert(Config, data, "", origin or {})
+    origin = origin or {}
+    cfg = _convert(Config, data, "", origin)
+    _check_consistent(cfg, origin)
+    return cfg
+
+
+def get(cfg: Config, dotted: str) -> Any:
+    """The value at a dotted key, e.g. ``get(cfg, "train.max_steps")``."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
+    """Checks across keys, so a study fails here rather than inside a notebook stage."""
+    from .select import STRATEGIES  # the strategies' owner; imported late (select imports this module)
+
+    def fail(key: str, message: str) -> None:
+        raise ParamsError(f"{origin.get(key, 'params')}: `{key}` {message}")
+
+    for key in ("select.strategies", "train.strategies", "train.seeds", "evaluate.pass_k"):
+        values = get(cfg, key) or []
+        dup = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if dup:
+            fail(key, f"lists {dup} more than once; each run must have its own folder and one writer")
+    unknown = [s for s in cfg.select.strategies if s not in STRATEGIES]
+    if unknown:
+        fail("select.strategies", f"has unknown strateg{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
+                                  f"known: {list(STRATEGIES)}")
+    missing = [s for s in cfg.train.strategies or [] if s not in cfg.select.strategies]
+    if missing:
+        fail("train.strategies", f"names {missing}, which select.strategies {cfg.select.strategies} does not make")
+    if cfg.select.budget_frac is None and cfg.select.budget_count is None:
+        fail("select.budget_frac", "and select.budget_count are both null; set one")
+    bad = [k for k in cfg.evaluate.pass_k if k > cfg.evaluate.n_samples]
+    if bad:
+        fail("evaluate.pass_k", f"has k = {bad}, more than evaluate.n_samples = {cfg.evaluate.n_samples}")
 
 
 def dump(cfg: Config) -> str:
@@ -397,11 +435,13 @@ def _coerce(value: Any, tp: Any) -> Any:
         # YAML reads 3e-5 as a string (YAML 1.1); accept numeric strings for floats only
         if isinstance(value, str):
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 raise TypeError(f"expected a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"expected a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise TypeError("expected a finite number")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -17,6 +17,7 @@ Files: ``samples.parquet`` (prompt_id, sample, completion, correct, num_tokens, 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +26,8 @@ from . import artifacts, data, layout, params
 from .generation import HFGenerator
 from .params import Config
 from .sampling import sample_and_score
+
+log = logging.getLogger("diffgrpo.probe")
 
 
 def per_prompt(rows: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFrame:
@@ -48,9 +51,18 @@ def per_prompt(rows: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFram
 def run_probe(cfg: Config, progress: bool = True) -> Path:
     """Probe the pool (resuming if interrupted); return the probe folder."""
     out_dir = layout.probe_dir(cfg)
+    with artifacts.exclusive(out_dir):
+        return _run_probe(cfg, out_dir, progress)
+
+
+def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
     manifest = out_dir / "manifest.json"
     if manifest.exists() and artifacts.read_json(manifest).get("complete"):
-        return out_dir
+        bad = artifacts.damaged(out_dir, artifacts.read_json(manifest))
+        if not bad:
+            return out_dir
+        log.warning("%s: %s damaged since the probe finished; rebuilding from its chunks", out_dir, bad)
+        manifest.unlink()
     key = layout.probe_key(cfg)
     rows = data.load_pool(cfg)
     task = data.task_of(cfg)
@@ -76,10 +88,11 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
     artifacts.write_parquet(out_dir / "samples.parquet", samples)
     artifacts.write_parquet(out_dir / "prompts.parquet", prompts)
     artifacts.write_text(out_dir / "params.yaml", params.dump(cfg))
+    files = ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if cfg.probe.one_sample else [])
     artifacts.write_json(manifest, {
         "complete": True, "key": key, "n_prompts": len(prompts), "k": cfg.probe.k,
-        "mean_p_hat": round(float(prompts["p_hat"].mean()), 4),
-        "files": ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if cfg.probe.one_sample else []),
+        "mean_p_hat": round(float(prompts["p_hat"].mean()), 4), "files": files,
+        "sha256": artifacts.digests(out_dir, files),
     })
     return out_dir
 
@@ -92,11 +105,11 @@ def read_prompts(cfg: Config) -> pd.DataFrame:
             f"{path}: no probe for model {cfg.model.name!r} on {cfg.dataset.task!r} with these settings; "
             "run the probe stage (01_probe) first"
         )
-    return pd.read_parquet(path)
+    return artifacts.read_parquet(path, "01_probe")
 
 
 def read_samples(cfg: Config) -> pd.DataFrame:
-    return pd.read_parquet(layout.probe_dir(cfg) / "samples.parquet")
+    return artifacts.read_parquet(layout.probe_dir(cfg) / "samples.parquet", "01_probe")
 
 
 def tier_table(prompts: pd.DataFrame) -> pd.DataFrame:
@@ -108,3 +121,8 @@ def tier_table(prompts: pd.DataFrame) -> pd.DataFrame:
         "all_wrong": g["p_hat"].apply(lambda p: (p == 0).mean()),
         "all_right": g["p_hat"].apply(lambda p: (p == 1).mean()),
     }).round(4).reset_index()
+
+
+def has_tiers(prompts: pd.DataFrame) -> bool:
+    """Whether the task gives its rows difficulty tiers (GSM8K and AIME do not)."""
+    return bool(prompts["tier"].notna().any())

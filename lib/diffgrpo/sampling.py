@@ -41,7 +41,8 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
     bar = tqdm(total=len(rows), desc=desc, unit="prompt", disable=not progress)
     for i, chunk in enumerate(chunks):
         part = work_dir / f"part-{i:05d}.parquet"
-        if not part.exists():
+        done = _readable(part)
+        if done is None:
             outs = generator.generate(
                 list(chunk["prompt"]), n=n, temperature=temperature, top_p=top_p,
                 max_new_tokens=max_new_tokens, seed=seed * 100_003 + i, progress=False,
@@ -53,7 +54,19 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
                 for j, c in enumerate(completions)
             ]
             artifacts.write_parquet(part, pd.DataFrame.from_records(records, columns=SAMPLE_COLUMNS))
-        parts.append(pd.read_parquet(part))
+            done = pd.read_parquet(part)  # as a resumed run reads it
+        parts.append(done)
         bar.update(len(chunk))
     bar.close()
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SAMPLE_COLUMNS)
+
+
+def _readable(part: Path) -> pd.DataFrame | None:
+    """A finished chunk, or None when it is missing or damaged (then it is generated again)."""
+    if not part.exists():
+        return None
+    try:
+        return pd.read_parquet(part)
+    except Exception:
+        part.unlink()
+        return None

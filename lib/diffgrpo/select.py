@@ -71,6 +71,12 @@ def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
         raise SelectionError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
     rng = _rng(seed, strategy)
     p = prompts["p_hat"].to_numpy(dtype=float)
+    bad = ~np.isfinite(p) | (p < 0) | (p > 1)
+    if bad.any():
+        ids = list(prompts.loc[bad, "id"])
+        raise SelectionError(f"{strategy}: {len(ids)} prompt(s) have no valid p_hat (missing, non-finite or "
+                             f"outside [0, 1]), e.g. {ids[:5]}; they cannot be ranked. Rerun the probe stage "
+                             "(01_probe) to rebuild its results")
     if strategy == "hard":
         chosen = _order(prompts, p, rng).iloc[:n]
     elif strategy == "easy":
@@ -163,5 +169,5 @@ def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
         path = layout.selection_file(cfg, strategy)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no selection for strategy {strategy!r}; run the select stage")
-        out[strategy] = pd.read_parquet(path)
+        out[strategy] = artifacts.read_parquet(path, "02_select")
     return out

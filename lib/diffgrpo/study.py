@@ -12,13 +12,16 @@ so an interrupted study resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
-from . import artifacts, layout, params
-from .notebooks import STAGES, run_notebook
+from . import artifacts, data, layout, params
+from .notebooks import STAGES, NotebookParameterError, StageFailed, run_notebook
+from .tasks import TaskError
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -31,6 +34,15 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
+def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
+    """What each stage notebook is given: every path absolute. The kernels run in
+    ``notebooks/``; a path as the user typed it means the folder the command ran in."""
+    resolved = data.resolve_paths(cfg, Path.cwd())
+    paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source))
+             if v != params.get(cfg, k)}
+    return {"params_file": str(params.resolve(params_file).resolve()), "overrides": {**overrides, **paths}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,8 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default="diffgrpo", help="Jupyter kernel to run the notebooks in")
     args = ap.parse_args(argv)
 
+    # a relative DIFFGRPO_OUTPUTS means the folder the command ran in, for the kernels too
+    if os.environ.get(artifacts.OUTPUTS_ENV):
+        os.environ[artifacts.OUTPUTS_ENV] = str(Path(os.environ[artifacts.OUTPUTS_ENV]).resolve())
     overrides = parse_overrides(args.overrides)
     cfg = params.load(args.params_file, overrides=overrides)  # fail before any work
+    nb_params = notebook_parameters(args.params_file, overrides, cfg)
+    cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
+    data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
     out = layout.notebooks_dir(cfg)
     timings_file = layout.study_dir(cfg) / "timings.json"
     timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
@@ -50,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for stage in args.stages:
         print(f"== {stage} ({cfg.study})", flush=True)
         t0 = time.perf_counter()
-        run_notebook(stage, out / f"{stage}.ipynb",
-                     {"params_file": args.params_file, "overrides": overrides}, kernel=args.kernel)
+        run_notebook(stage, out / f"{stage}.ipynb", nb_params, kernel=args.kernel)
         timings[stage] = round(time.perf_counter() - t0, 1)
         print(f"   {stage} done in {timings[stage]:.1f} s", flush=True)
         artifacts.write_json(timings_file, timings)
@@ -62,5 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` for a terminal: a known error is one line naming the culprit (and, for a
+    failed notebook, the executed copy that holds the traceback), not a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\nstopped; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except StageFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

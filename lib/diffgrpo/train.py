@@ -42,11 +42,10 @@ so a resumed run sees the same prompts as an uninterrupted one. A finished run i
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import math
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +71,6 @@ from .params import Config
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"  # HF writes it last: a checkpoint without it is incomplete
 OPTIMIZER_FILE = "optimizer.pt"
-# settings that may change between a run and its resume (extending a finished run)
-RESUMABLE_CHANGES = ("max_steps",)
 
 
 # ---- inputs -------------------------------------------------------------------------------
@@ -82,7 +79,7 @@ def selected_rows(cfg: Config, strategy: str) -> pd.DataFrame:
     path = layout.selection_file(cfg, strategy)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
-    ids = pd.read_parquet(path, columns=["id"])["id"].astype(str)
+    ids = artifacts.read_parquet(path, "02_select", columns=["id"])["id"].astype(str)
     pool = data.load_pool(cfg).set_index("id")
     missing = [i for i in ids if i not in pool.index]
     if missing:
@@ -166,17 +163,15 @@ def lora_config(cfg: Config) -> LoraConfig:
                       target_modules=list(lp.target_modules), bias="none", task_type="CAUSAL_LM")
 
 
-def run_key(cfg: Config, ids: list[str]) -> dict[str, Any]:
-    """What decides a run's result, bar ``max_steps``: a resume must match it."""
-    train = {k: v for k, v in dataclasses.asdict(cfg.train).items()
-             if k not in (*RESUMABLE_CHANGES, "strategies", "seeds")}
-    return artifacts.jsonable({
-        "model": dataclasses.asdict(cfg.model),
-        "task": data.task_of(cfg).describe(),
-        "source": cfg.dataset.source,
-        "train": train,
-        "selection_sha": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16],
-    })
+def _set_aside(run_dir: Path, old_key: dict) -> Path:
+    """Move a run trained with other settings out of the way, never deleting it."""
+    base = run_dir.with_name(f"{run_dir.name}.superseded-{layout.key_hash(old_key)}")
+    target, n = base, 1
+    while target.exists():
+        n += 1
+        target = base.with_name(f"{base.name}-{n}")
+    run_dir.rename(target)
+    return target
 
 
 def _changed(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -341,22 +336,31 @@ class Trainer(GRPOTrainer):
 
 
 def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
-    """Train one (strategy, seed) run; resume it if interrupted, skip it if finished. Returns its folder."""
+    """Train one (strategy, seed) run; resume it if interrupted, skip it if finished. Returns its
+    folder. One writer at a time: a second process training the same run is refused."""
     run_dir = layout.run_dir(cfg, strategy, seed)
+    with artifacts.exclusive(run_dir):
+        return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
+
+
+def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
     ckpt_dir = run_dir / CHECKPOINTS
     rows = selected_rows(cfg, strategy)
-    key = run_key(cfg, list(rows["id"]))
+    key = layout.run_key(cfg, list(rows["id"]))
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
     manifest = artifacts.read_json(manifest_path) if manifest_path.exists() else None
+    if manifest is not None and manifest["key"] != key:
+        kept = _set_aside(run_dir, manifest["key"])
+        warnings.warn(f"{run_dir.name}: the run there was trained with other settings "
+                      f"({', '.join(_changed(manifest['key'], key))} differ); kept it as {kept.name} and "
+                      "training this one anew", stacklevel=2)
+        manifest = None
     if manifest is not None:
-        if manifest["key"] != key:
-            raise ValueError(f"{run_dir}: an earlier run with other settings is there "
-                             f"({', '.join(_changed(manifest['key'], key))}); pass force=True to start over")
         if manifest["steps_done"] > cfg.train.max_steps:
             raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
-                             f"{cfg.train.max_steps}; pass force=True to start over")
+                             f"{cfg.train.max_steps}; raise train.max_steps, or delete that folder to retrain it")
         if manifest["status"] == "complete" and manifest["steps_done"] == cfg.train.max_steps:
             return run_dir
 

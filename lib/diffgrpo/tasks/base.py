@@ -138,16 +138,41 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     guessing, so an answer "033" stays the string "033"."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        with open(path, encoding="utf-8") as fh:
-            return pd.DataFrame([json.loads(line) for line in fh if line.strip()])
-    if suffix == ".json":
-        return pd.DataFrame(json.loads(path.read_text(encoding="utf-8")))
-    if suffix == ".parquet":
-        return pd.read_parquet(path)
-    if suffix == ".csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
-    raise TaskError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json, .parquet or .csv")
+    if suffix not in (".jsonl", ".json", ".parquet", ".csv"):
+        raise TaskError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json, .parquet or .csv")
+    try:
+        if suffix == ".jsonl":
+            df = pd.DataFrame(_jsonl_rows(path))
+        elif suffix == ".json":
+            df = pd.DataFrame(json.loads(path.read_text(encoding="utf-8")))
+        elif suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except TaskError:
+        raise
+    except Exception as err:  # a JSON, CSV or parquet parser's complaint, with the file named
+        raise TaskError(f"{path}: cannot be read as {suffix} ({type(err).__name__}: {err})") from None
+    if df.empty:
+        raise TaskError(f"{path}: the file holds no rows")
+    return df
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TaskError(f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno}); "
+                                "each line must be one JSON object") from None
+            if not isinstance(row, dict):
+                raise TaskError(f"{path}:{number}: a line must be a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
 
 
 def rows_from(
@@ -173,7 +198,8 @@ def rows_from(
     if source in (None, "offline"):
         return offline(), "offline"
     if not Path(source).is_file():
-        raise TaskError(f"{task}: source {source!r} is neither 'hub', 'offline' nor an existing file")
+        raise TaskError(f"{task}: dataset.source {source!r} is neither 'hub', 'offline' nor an existing file "
+                        f"(looked for {Path(source).absolute()})")
     return read_table(source), str(source)
 
 

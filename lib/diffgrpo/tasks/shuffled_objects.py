@@ -7,7 +7,7 @@ person's object ends up::
     3 Bob Carol, 4 Bob Dave. Who has Dave's book?
 
 The question names the starting holder: "who has the book?" would need a lookup that a tiny
-model never learned (STACK.md). The tier is the number of swaps. The gold completion is a
+model never learned (docs/stack.md). The tier is the number of swaps. The gold completion is a
 short trace, the holder after every swap, which a tiny model can be pretrained on and GRPO
 can reward (an answer-only target gave GRPO nothing to learn)::
 
