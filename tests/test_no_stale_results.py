@@ -134,3 +134,15 @@ def test_artifacts_respect_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_damaged_finished_run_is_set_aside_and_trained_again(cfg):
+    probe.run_probe(cfg, progress=False)
+    select.run_select(cfg)
+    run = train.train_run(cfg, "hard", 0, progress=False)
+    good = pd.read_parquet(run / "groups.parquet")
+    (run / "groups.parquet").write_bytes(b"not parquet")
+    with pytest.warns(UserWarning, match=r"\['groups.parquet'\] damaged since the run finished"):
+        train.train_run(cfg, "hard", 0, progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "groups.parquet"), good)  # deterministic retrain
+    assert len(list(run.parent.glob("hard-seed0.superseded-*"))) == 1

@@ -102,6 +102,9 @@ def _check_ks(cfg: Config) -> list[int]:
     return sorted(set(cfg.evaluate.pass_k))
 
 
+FILES = ["samples.parquet", "summary.parquet", "tiers.parquet"]
+
+
 def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: pd.DataFrame) -> None:
     artifacts.write_parquet(out_dir / "samples.parquet", samples)
     artifacts.write_parquet(out_dir / "summary.parquet", summary)
@@ -109,7 +112,8 @@ def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: p
 
 
 def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
-                    steps: dict[int, Path | None], progress: bool, trained: dict | None = None) -> Path:
+                    steps: dict[int, Path | None], progress: bool, trained: dict | None = None,
+                    step0: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Path:
     """Evaluate the given checkpoints (step -> adapter folder, None = base); write the run's files."""
     out_dir = layout.eval_dir(cfg, rid)
     rows = data.load_test(cfg)
@@ -124,9 +128,13 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
         summaries.append({**head, **overall})
         tiers.append(tier.assign(**head))
         all_samples.append(samples.assign(step=step))
-    _write(out_dir, pd.concat(all_samples, ignore_index=True), pd.DataFrame(summaries),
-           pd.concat(tiers, ignore_index=True))
-    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps), "trained": trained})
+    summary, tier_table = pd.DataFrame(summaries), pd.concat(tiers, ignore_index=True)
+    if step0 is not None:  # the base model is a run's step 0
+        summary = pd.concat([step0[0], summary], ignore_index=True)
+        tier_table = pd.concat([step0[1], tier_table], ignore_index=True)
+    _write(out_dir, pd.concat(all_samples, ignore_index=True), summary, tier_table)
+    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps), "trained": trained,
+                                                     "sha256": artifacts.digests(out_dir, FILES)})
     return out_dir
 
 
@@ -135,8 +143,10 @@ def evaluate_base(cfg: Config, progress: bool = True) -> Path:
     out_dir = layout.eval_dir(cfg, layout.BASE_RUN)
     manifest = out_dir / "manifest.json"
     with artifacts.exclusive(out_dir, wait=True):  # every run's evaluation needs it: the others wait
-        if manifest.exists() and artifacts.read_json(manifest).get("key") == layout.eval_key(cfg):
-            return out_dir
+        if manifest.exists():
+            m = artifacts.read_json(manifest)
+            if m.get("key") == layout.eval_key(cfg) and not artifacts.damaged(out_dir, m):
+                return out_dir
         return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress)
 
 
@@ -181,17 +191,11 @@ def evaluate_run(cfg: Config, strategy: str, seed: int, progress: bool = True) -
 
 def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
                     trained: dict, progress: bool) -> Path:
-    """Evaluate the run's checkpoints, then prepend the base model as its step 0."""
-    out = _evaluate_steps(cfg, layout.run_id(strategy, seed), strategy, seed, steps, progress, trained)
-    # the base model is the run's step 0
-    summary = artifacts.read_parquet(out / "summary.parquet", "04_evaluate")
-    base_row = base.assign(run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
-    artifacts.write_parquet(out / "summary.parquet", pd.concat([base_row, summary], ignore_index=True))
-    tiers = artifacts.read_parquet(out / "tiers.parquet", "04_evaluate")
-    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet", "04_evaluate").assign(
-        run_id=layout.run_id(strategy, seed), strategy=strategy, seed=seed)
-    artifacts.write_parquet(out / "tiers.parquet", pd.concat([base_tiers, tiers], ignore_index=True))
-    return out
+    """Evaluate the run's checkpoints, with the base model as its step 0."""
+    rid = layout.run_id(strategy, seed)
+    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet", "04_evaluate")
+    step0 = tuple(df.assign(run_id=rid, strategy=strategy, seed=seed) for df in (base, base_tiers))
+    return _evaluate_steps(cfg, rid, strategy, seed, steps, progress, trained, step0)
 
 
 def read_summary(cfg: Config, rid: str, out_dir: Path | None = None) -> pd.DataFrame:

@@ -362,7 +362,13 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
                              f"{cfg.train.max_steps}; raise train.max_steps, or delete that folder to retrain it")
         if manifest["status"] == "complete" and manifest["steps_done"] == cfg.train.max_steps:
-            return run_dir
+            bad = artifacts.damaged(run_dir, manifest)
+            if not bad:
+                return run_dir
+            kept = _set_aside(run_dir, manifest["key"])
+            warnings.warn(f"{run_dir.name}: {bad} damaged since the run finished (its records cannot be "
+                          f"rebuilt without training); kept it as {kept.name} and training this one anew",
+                          stacklevel=2)
 
     if cfg.train.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device = cuda but torch sees no GPU")
@@ -420,6 +426,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     done = trainer.state.global_step
     step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
     write_manifest("complete" if done >= cfg.train.max_steps else "stopped", done, {
+        "sha256": artifacts.digests(run_dir, ["steps.parquet", "groups.parquet"]),
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss,
