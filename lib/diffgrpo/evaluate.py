@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import artifacts, data, layout, parallel
-from .generation import HFGenerator, LazyGenerator
+from .generation import LazyGenerator
 from .params import Config
 from .sampling import sample_and_score
 
@@ -74,6 +74,7 @@ def _eval_key(cfg: Config) -> dict:
         "split": cfg.dataset.test_split,
         "test_size": cfg.dataset.test_size,
         "evaluate": {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"},
+        **data.generation_key(cfg),
     }
 
 
@@ -83,11 +84,8 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     ``run_key`` is the run's :func:`_eval_key`, computed once per run (it hashes the model files)."""
     ev = cfg.evaluate
 
-    def make() -> HFGenerator:  # loaded only if some chunk is missing
-        model, tokenizer = data.load_model(cfg, adapter=adapter)
-        return HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
-
-    gen = LazyGenerator(make)
+    # loaded only if some chunk is missing
+    gen = LazyGenerator(lambda: data.load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
     task = data.task_of(cfg)
     key = {**run_key, "adapter": adapter.name if adapter else None}
     frames = []

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import outputs_root
-from .data import model_fingerprint, task_of
+from .data import generation_key, model_fingerprint, task_of
 from .params import Config
 
 BASE_RUN = "base"
@@ -43,6 +43,7 @@ def probe_key(cfg: Config, split: str | None = None) -> dict[str, Any]:
         "k": cfg.probe.k,
         "sampling": dataclasses.asdict(cfg.probe.sampling),
         "seed": cfg.probe.seed,
+        **generation_key(cfg),
     }
 
 
