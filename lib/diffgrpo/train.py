@@ -468,3 +468,39 @@ def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
     done = parallel.run_jobs(train_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
                              progress=progress, desc="train")
     return dict(zip(ids, done))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One run from the command line; the way to train on several GPUs:
+
+        accelerate launch --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --strategy hard --seed 0
+
+    Each process trains on its share of every update (diffgrpo.devices.batching); the main
+    process writes the run's files. The study's 03_train stage then finds the run finished."""
+    import argparse
+
+    from .study import parse_overrides
+
+    ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("params_file", help="a file in params/ (name or path)")
+    ap.add_argument("--strategy", required=True, help="a selection made by the select stage")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a parameter, e.g. train.max_steps=20 (repeatable)")
+    ap.add_argument("--force", action="store_true", help="start the run over")
+    args = ap.parse_args(argv)
+    if args.force and devices.num_processes() > 1:
+        raise SystemExit("--force with several processes would race to delete the run: start it over "
+                         "with one process first, or remove the run folder")
+    cfg = params.load(args.params_file, overrides=parse_overrides(args.overrides))
+    run_dir = train_run(cfg, args.strategy, args.seed, progress=devices.is_main_process(), force=args.force)
+    if devices.is_main_process():
+        print(f"run: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
