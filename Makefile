@@ -48,19 +48,25 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 ## the GPU environment in .venv-gpu: vLLM 0.31 with its own pins (requirements-gpu.txt; docs/gpu.md)
-# torch first, alone: on a GPU machine PyPI's torch 2.13.0 is a CUDA build (on a CPU machine
-# pip takes the CPU build from local disk). The project goes in by a path file, not `pip
-# install -e .`: pyproject.toml pins the CPU env's transformers 5.23.0, which vLLM refuses.
+# torch first, alone, as `torch===2.13.0`: the exact version string excludes local builds such
+# as a 2.13.0+cpu wheel that pip config may point at (this project's CPU machines do), so pip
+# takes PyPI's 2.13.0, the CUDA build, whose torchvision 0.28.0 (a vllm requirement) matches.
+# The project goes in by a path file, not `pip install -e .`, which would move transformers to
+# pyproject's 5.23.0, which vLLM refuses. `pip check` may report only those two CPU pins of
+# diffgrpo itself (transformers, numpy); anything else fails the target.
 gpu-env: $(GPU_STAMP)
 
 $(GPU_STAMP): requirements-gpu.txt
 	test -x $(PY_GPU) || $(PYTHON) -m venv $(VENV_GPU)
 	$(PY_GPU) -m pip install --quiet --upgrade pip
-	$(PY_GPU) -m pip install --quiet torch==2.13.0
+	$(PY_GPU) -m pip install --quiet 'torch===2.13.0'
 	$(PY_GPU) -m pip install --quiet -r requirements-gpu.txt
 	echo "$(CURDIR)/lib" > "$$($(PY_GPU) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/diffgrpo.pth"
 	$(PY_GPU) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "diffgrpo (.venv-gpu)" >/dev/null
-	$(PY_GPU) -m pip check
+	$(PY_GPU) -m pip check > $(VENV_GPU)/pip-check.txt || true
+	cat $(VENV_GPU)/pip-check.txt
+	if grep -v -e '^diffgrpo 0.1.0 has requirement' -e '^No broken requirements' $(VENV_GPU)/pip-check.txt; then exit 1; fi
+	$(PY_GPU) -c 'import vllm, diffgrpo.vllm_backend, diffgrpo.devices, diffgrpo.train; print("vllm", vllm.__version__, "imports")'
 	rm -f $(VENV_GPU)/.installed-*
 	touch $@
 

@@ -90,13 +90,16 @@ def test_engine_arguments_are_engine_args_fields():
 
     from diffgrpo.vllm_backend import engine_kwargs
 
-    kw = engine_kwargs(cfg_vllm(**{"generation.vllm_max_model_len": 512}))
+    kw = engine_kwargs(cfg_vllm(**{"generation.vllm_max_model_len": 128}))
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     assert set(kw) - {"model"} <= fields | set(inspect.signature(vllm.LLM.__init__).parameters)
     assert kw["enable_lora"] and kw["max_lora_rank"] == 4 and kw["model"] == str(default_path())
     args = vllm.EngineArgs(**kw)
     model_config = args.create_model_config()
-    assert model_config.max_model_len == 512 and model_config.hf_config.model_type == "qwen2"
+    assert model_config.max_model_len == 128 and model_config.hf_config.model_type == "qwen2"
+    # vLLM checks the settings against the checkpoint: the embedded model has 256 positions
+    with pytest.raises(Exception, match="max_model_len"):
+        vllm.EngineArgs(**{**kw, "max_model_len": 512}).create_model_config()
 
 
 @needs_vllm
@@ -146,14 +149,25 @@ def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, 
     (inputs, sps), kw = llm.generate.call_args
     assert [p["prompt_token_ids"] for p in inputs] == [encode_prompt(gen.tokenizer, p, {"enable_thinking": False})
                                                        for p in prompts]
-    assert [sp.seed for sp in sps] == [40, 41] and all(sp.n == 3 and sp.max_tokens == 16 for sp in sps)
+    assert [sp.seed for sp in sps] == [vllm_backend.prompt_seed(40, i) for i in (0, 1)]
+    assert all(sp.n == 3 and sp.max_tokens == 16 for sp in sps)
     if adapter:
         assert isinstance(kw["lora_request"], LoRARequest) and kw["lora_request"].lora_path.endswith(adapter)
     else:
         assert kw["lora_request"] is None
     assert [len(c) for c in out] == [3, 3]
-    assert out[1][0] == Completion(text="p1 s0 seed41", num_tokens=3, finished=True)  # EOS counted, as HF
-    assert out[0][2] == Completion(text="p0 s2 seed40", num_tokens=4, finished=False)
+    assert out[1][0] == Completion(text=f"p1 s0 seed{sps[1].seed}", num_tokens=3, finished=True)  # EOS counted, as HF
+    assert out[0][2] == Completion(text=f"p0 s2 seed{sps[0].seed}", num_tokens=4, finished=False)
+
+
+def test_prompt_seeds_never_share_a_stream():
+    """vLLM seeds sample j of a request seed + j: the n = 8 streams of 128 prompts in each of
+    3 consecutive chunk seeds (as a probe's chunks) must all differ."""
+    from diffgrpo.vllm_backend import prompt_seed
+
+    streams = [prompt_seed(chunk, i) + j for chunk in (7, 8, 9) for i in range(128) for j in range(8)]
+    assert len(set(streams)) == len(streams)
+    assert prompt_seed(7, 3) == prompt_seed(7, 3)
 
 
 @needs_vllm

@@ -112,6 +112,14 @@ def generator(cfg: Config, adapter: Path | None = None) -> "VLLMGenerator":
                          chat_template_kwargs=cfg.model.chat_template_kwargs)
 
 
+def prompt_seed(seed: int, index: int) -> int:
+    """A 32-bit seed for prompt ``index`` of a call seeded ``seed`` (numpy's SeedSequence:
+    nearby inputs give unrelated outputs)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, dtype=np.uint32)[0])
+
+
 class VLLMGenerator:
     """Sampling with a vLLM engine, optionally through one LoRA adapter."""
 
@@ -145,13 +153,16 @@ class VLLMGenerator:
                  max_new_tokens: int = 64, seed: int = 0, progress: bool = True,
                  desc: str = "generate") -> list[list[Completion]]:
         """``n`` completions for each prompt, in prompt order. ``temperature == 0``: greedy.
-        Prompt i is sampled with seed ``seed + i`` (a per-request generator), so the same call
-        gives the same completions and no two prompts share a random stream."""
+        Prompt i gets the seed :func:`prompt_seed` draws from (seed, i), and vLLM 0.31 gives its
+        j-th sample that seed + j (v1/engine/parallel_sampling.py): the same call gives the same
+        completions, and samples of other prompts, or of other calls (the chunks of a probe
+        have consecutive seeds), do not share a random stream."""
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=encode_prompt(self.tokenizer, p, self.chat_template_kwargs))
                   for p in prompts]
-        params = [self.sampling_params(n, temperature, top_p, max_new_tokens, seed + i) for i in range(len(prompts))]
+        params = [self.sampling_params(n, temperature, top_p, max_new_tokens, prompt_seed(seed, i))
+                  for i in range(len(prompts))]
         outputs = self.llm.generate(inputs, params, use_tqdm=progress, lora_request=self.lora)
         return [[self._completion(c) for c in out.outputs] for out in outputs]
 
