@@ -393,10 +393,10 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
             return run_dir
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
-    n_processes, main = devices.num_processes(), devices.is_main_process()
-    resumed_step, resume_from = resume_point(ckpt_dir, tidy=main)
+    n_processes, is_main = devices.num_processes(), devices.is_main_process()
+    resumed_step, resume_from = resume_point(ckpt_dir, tidy=is_main)
     # every process records the groups it scored; the main process holds the earlier rows
-    steps, groups = _previous_rows(run_dir, resumed_step) if main else ([], [])
+    steps, groups = _previous_rows(run_dir, resumed_step) if is_main else ([], [])
     task = data.task_of(cfg)
     recorder = Recorder(task, cfg.train.group_size, steps, groups)
 
@@ -419,10 +419,10 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
         )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict
 
-    if main:
+    if is_main:
         artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
     peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in peft_config.to_dict().items()}
-    if main:
+    if is_main:
         artifacts.write_json(run_dir / "trl_config.json", {"grpo": args.to_dict(), "peft": peft_dict})
     study = layout.study_dir(cfg)
     head = {
@@ -440,7 +440,7 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     }
 
     def write_manifest(status: str, steps_done: int, extra: dict | None = None) -> None:
-        if not main:
+        if not is_main:
             return
         ckpts = [artifacts.relative(p, run_dir) for p in list_checkpoints(ckpt_dir).values()]
         artifacts.write_json(manifest_path, {**head, "status": status, "steps_done": steps_done,
@@ -473,7 +473,7 @@ def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     """One run from the command line; the way to train on several GPUs:
 
-        accelerate launch --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --strategy hard --seed 0
+        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --strategy hard --seed 0
 
     Each process trains on its share of every update (diffgrpo.devices.batching); the main
     process writes the run's files. The study's 03_train stage then finds the run finished."""
