@@ -33,7 +33,7 @@ study: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` marker)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q -p no:cacheprovider
+	$(PY) -m pytest -m "not slow" -q -rs -p no:cacheprovider
 
 ## every test, the slow ones too
 test-all: $(STAMP)
@@ -72,7 +72,7 @@ $(GPU_STAMP): requirements-gpu.txt
 
 ## the tests that need the GPU environment, run in it (vLLM classes, transformers 5.17 training)
 test-gpu: $(GPU_STAMP)
-	$(PY_GPU) -m pytest -m "not slow" -q -p no:cacheprovider $(GPU_TESTS)
+	$(PY_GPU) -m pytest -m "not slow" -q -rs -p no:cacheprovider $(GPU_TESTS)
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
