@@ -7,8 +7,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 STUDY  ?= embedded
 KERNEL := diffgrpo
+VENV_GPU  := .venv-gpu
+PY_GPU    := $(VENV_GPU)/bin/python
+GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
+GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py
 
-.PHONY: study test test-all setup references clean-outputs lab gpu-env
+.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu
 
 setup: $(STAMP)
 
@@ -29,7 +33,7 @@ study: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` marker)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q -p no:cacheprovider
+	$(PY) -m pytest -m "not slow" -q -rs -p no:cacheprovider
 
 ## every test, the slow ones too
 test-all: $(STAMP)
@@ -43,12 +47,32 @@ references: $(STAMP)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
-## a GPU machine: vLLM needs transformers < 5.18 (see README, "GPU environment")
-gpu-env:
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[test,gpu]' 'transformers>=5.17,<5.18'
-	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "diffgrpo (.venv)"
+## the GPU environment in .venv-gpu: vLLM 0.31 with its own pins (requirements-gpu.txt; docs/gpu.md)
+# torch first, alone, as `torch===2.13.0`: the exact version string excludes local builds such
+# as a 2.13.0+cpu wheel that pip config may point at (this project's CPU machines do), so pip
+# takes PyPI's 2.13.0, the CUDA build, whose torchvision 0.28.0 (a vllm requirement) matches.
+# The project goes in by a path file, not `pip install -e .`, which would move transformers to
+# pyproject's 5.23.0, which vLLM refuses. `pip check` may report only those two CPU pins of
+# diffgrpo itself (transformers, numpy); anything else fails the target.
+gpu-env: $(GPU_STAMP)
+
+$(GPU_STAMP): requirements-gpu.txt
+	test -x $(PY_GPU) || $(PYTHON) -m venv $(VENV_GPU)
+	$(PY_GPU) -m pip install --quiet --upgrade pip
+	$(PY_GPU) -m pip install --quiet 'torch===2.13.0'
+	$(PY_GPU) -m pip install --quiet -r requirements-gpu.txt
+	echo "$(CURDIR)/lib" > "$$($(PY_GPU) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/diffgrpo.pth"
+	$(PY_GPU) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "diffgrpo (.venv-gpu)" >/dev/null
+	$(PY_GPU) -m pip check > $(VENV_GPU)/pip-check.txt || true
+	cat $(VENV_GPU)/pip-check.txt
+	if grep -v -e '^diffgrpo 0.1.0 has requirement' -e '^No broken requirements' $(VENV_GPU)/pip-check.txt; then exit 1; fi
+	$(PY_GPU) -c 'import vllm, diffgrpo.vllm_backend, diffgrpo.devices, diffgrpo.train; print("vllm", vllm.__version__, "imports")'
+	rm -f $(VENV_GPU)/.installed-*
+	touch $@
+
+## the tests that need the GPU environment, run in it (vLLM classes, transformers 5.17 training)
+test-gpu: $(GPU_STAMP)
+	$(PY_GPU) -m pytest -m "not slow" -q -rs -p no:cacheprovider $(GPU_TESTS)
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

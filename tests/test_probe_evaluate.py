@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diffgrpo import evaluate, layout, params, probe, sampling
+from diffgrpo import evaluate, generation, layout, params, probe, sampling
 from diffgrpo.generation import Completion
 from diffgrpo.tasks import get
 
@@ -63,7 +63,8 @@ def cfg(tmp_path, monkeypatch):
 
 def _patch_generator(monkeypatch, module, gen):
     monkeypatch.setattr(module.data, "load_model", lambda *a, **k: (None, None))
-    monkeypatch.setattr(module, "HFGenerator", lambda *a, **k: gen)
+    # data.load_generator builds the HF backend's generator from diffgrpo.generation
+    monkeypatch.setattr(generation, "HFGenerator", lambda *a, **k: gen)
 
 
 def test_probe_resumes_where_it_stopped(cfg, monkeypatch):

@@ -111,7 +111,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
         "temperature": t.temperature, "top_p": t.top_p, "top_k": 0,
         "mask_truncated_completions": t.mask_truncated_completions, "save_steps": 2,
         "logging_steps": t.logging_steps, "seed": 0, "use_cpu": True, "bf16": False,
-        "gradient_checkpointing": False, "activation_checkpointing": False, "use_vllm": False,
+        "gradient_checkpointing": False, train.checkpointing_argument(): False, "use_vllm": False,
         "use_bias_correction_kl": False, "report_to": [],
     }
     assert {k: grpo[k] for k in expected} == expected
@@ -251,3 +251,50 @@ def test_prompt_longer_than_max_prompt_length_is_an_error(make_cfg):
     cfg = make_cfg(max_prompt_length=4)
     with pytest.raises(ValueError, match="max_prompt_length = 4"):
         train.train_run(cfg, "hard", seed=0, progress=False)
+
+
+LAUNCHED = """
+import sys
+from diffgrpo import params, tasks, train
+sys.path.insert(0, {tests!r})
+from test_train import EvenLength
+tasks._MODULES[EvenLength.name] = "shuffled_objects"
+tasks._REGISTRY[EvenLength.name] = EvenLength
+cfg = params.load({params_file!r}, defaults=False)
+train.train_run(cfg, "hard", seed=0, progress=False)
+"""
+
+
+def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
+    """2 CPU processes (gloo) started by torchrun, as `accelerate launch --multi_gpu` starts
+    one per GPU (its `--cpu` starts only one): each takes half of every update, the main
+    process writes the run, and groups.parquet holds every group of both processes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4)
+    params_file = tmp_path / "launched.yaml"
+    params_file.write_text(params.dump(cfg))
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29533", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = layout.run_dir(cfg, "hard", 0)
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    # 4 prompts x 4 completions per update: 2 prompts (8 completions) on each of 2 processes
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"], grpo["generation_batch_size"]) \
+        == (8, 1, 16)
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert groups.groupby("step").size().to_dict() == {1: 4, 2: 4}
+    assert groups.groupby("step")["prompt_id"].nunique().to_dict() == {1: 4, 2: 4}
+    assert set(groups["prompt_id"]) == set(pd.read_parquet(layout.selection_file(cfg, "hard"))["id"])
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert list(steps["step"]) == [1, 2]
+    assert np.allclose(steps.set_index("step")["reward"], groups.groupby("step")["reward_mean"].mean())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["num_processes"] == 2

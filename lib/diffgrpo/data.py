@@ -182,13 +182,40 @@ def files_fingerprint(folder: Path, skip: tuple[str, ...] = ()) -> str:
 
 
 def load_model(cfg: Config, adapter: Path | None = None):
-    """(model, tokenizer) as the params say, with the CPU thread count applied first."""
+    """(model, tokenizer) as the params say, on ``model.device``, with the CPU thread count
+    applied first."""
     import torch
 
-    from . import models
+    from . import devices, models
 
     if cfg.model.torch_threads is not None:
         torch.set_num_threads(cfg.model.torch_threads)
     check_model(cfg)
+    target = devices.device(cfg.model.device)
     path, gguf = model_path(cfg)
-    return models.load_model(path, gguf_file=gguf, adapter=adapter, dtype=cfg.model.dtype)
+    return models.load_model(path, gguf_file=gguf, adapter=adapter, dtype=cfg.model.dtype, device=target)
+
+
+def generation_key(cfg: Config) -> dict:
+    """What the generation settings add to a probe's or an evaluation's key: the backend and
+    the chat-template arguments, each only when it is not the default (HF, none), so the keys
+    of work done before these settings existed stay valid."""
+    key = {}
+    if cfg.generation.backend != "hf":
+        key["backend"] = cfg.generation.backend
+    if cfg.model.chat_template_kwargs:
+        key["chat_template_kwargs"] = dict(cfg.model.chat_template_kwargs)
+    return key
+
+
+def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None):
+    """The generator of the probe and evaluation that ``generation.backend`` names, for the
+    base model or the base plus a LoRA ``adapter`` (merged for HF; served unmerged by vLLM)."""
+    if cfg.generation.backend == "vllm":
+        from . import vllm_backend
+
+        return vllm_backend.generator(cfg, adapter=adapter)
+    from .generation import HFGenerator
+
+    model, tokenizer = load_model(cfg, adapter=adapter)
+    return HFGenerator(model, tokenizer, batch_size=batch_size, chat_template_kwargs=cfg.model.chat_template_kwargs)

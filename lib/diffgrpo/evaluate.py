@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import artifacts, data, layout, parallel
-from .generation import HFGenerator, LazyGenerator
+from .generation import LazyGenerator
 from .params import Config
 from .sampling import sample_and_score
 
@@ -72,11 +72,8 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     the adapter's own identity is added here, so a retrained adapter is evaluated afresh."""
     ev = cfg.evaluate
 
-    def make() -> HFGenerator:  # loaded only if some chunk is missing
-        model, tokenizer = data.load_model(cfg, adapter=adapter)
-        return HFGenerator(model, tokenizer, batch_size=ev.sampling.batch_size)
-
-    gen = LazyGenerator(make)
+    # loaded only if some chunk is missing
+    gen = LazyGenerator(lambda: data.load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
     task = data.task_of(cfg)
     key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []

@@ -7,8 +7,9 @@ the last position; right padding would put pad tokens between prompt and complet
 decodes only the completion tokens, so an example answer in the prompt can never be scored as
 the model's.
 
-A vLLM backend belongs beside this one with the same ``generate`` signature and the same
-:class:`Completion` records (GPU machines only; vLLM cannot share this CPU env, see docs/stack.md).
+The vLLM backend (:mod:`diffgrpo.vllm_backend`, GPU environment only) has the same
+``generate`` signature and returns the same :class:`Completion` records;
+:func:`diffgrpo.data.load_generator` picks one by ``generation.backend``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ class Completion:
     finished: bool  # True when it stopped at EOS, False when cut at max_new_tokens
 
 
-def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Prompt token ids: the chat template with the assistant turn opened."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def encode_prompt(tokenizer, messages: list[dict], chat_template_kwargs: dict | None = None) -> list[int]:
+    """Prompt token ids: the chat template with the assistant turn opened.
+    ``chat_template_kwargs`` (``model.chat_template_kwargs``) go to the template, e.g.
+    ``{"enable_thinking": False}`` for Qwen3."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         **(chat_template_kwargs or {}))
     # the template already holds any BOS token; adding special tokens again would double it
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -50,11 +54,13 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 class HFGenerator:
     """Batched sampling with a transformers model (CPU or one GPU)."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None):
+    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None,
+                 chat_template_kwargs: dict | None = None):
         self.model = model if device is None else model.to(device)
         self.model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.device = next(self.model.parameters()).device
         # stop at the tokenizer's EOS and at any the model's generation config adds
         # (instruct models often end a turn with one token and the text with another)
@@ -80,7 +86,7 @@ class HFGenerator:
         The same call with the same seed gives the same completions (the RNG is seeded once
         and batches run in a fixed order); the caller's global RNG state is left untouched.
         """
-        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        encoded = [encode_prompt(self.tokenizer, p, self.chat_template_kwargs) for p in prompts]
         # longest prompts first: equal lengths share a batch, and memory peaks at the start
         jobs = sorted(((i, j) for i in range(len(prompts)) for j in range(n)), key=lambda ij: (-len(encoded[ij[0]]), ij))
         config = self._config(temperature, top_p, max_new_tokens)

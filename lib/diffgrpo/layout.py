@@ -22,7 +22,7 @@ from typing import Any
 
 from . import artifacts
 from .artifacts import outputs_root
-from .data import files_fingerprint, model_fingerprint, task_of
+from .data import files_fingerprint, generation_key, model_fingerprint, task_of
 from .params import Config
 
 BASE_RUN = "base"
@@ -63,6 +63,7 @@ def probe_key(cfg: Config) -> dict[str, Any]:
         "one_sample": cfg.probe.one_sample,
         "sampling": dataclasses.asdict(cfg.probe.sampling),
         "seed": cfg.probe.seed,
+        **generation_key(cfg),
     })
 
 
@@ -82,7 +83,8 @@ def eval_key(cfg: Config) -> dict[str, Any]:
     """What decides the evaluation of the base model on the held-out set; a checkpoint's key
     adds :func:`adapter_identity`."""
     ev = {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"}
-    return artifacts.jsonable({"model": model_identity(cfg), "rows": rows_identity(cfg, "test"), "evaluate": ev})
+    return artifacts.jsonable({"model": model_identity(cfg), "rows": rows_identity(cfg, "test"), "evaluate": ev,
+                               **generation_key(cfg)})
 
 
 def adapter_identity(adapter: Path) -> dict[str, Any]:

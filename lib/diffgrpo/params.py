@@ -58,6 +58,9 @@ class ModelConfig:
     gguf_file: str | None = _f(None, doc="GGUF file name inside `path` (transformers gguf_file=)")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32")
     torch_threads: int | None = _f(None, lo=1, doc="CPU threads for torch (null: torch's default)")
+    device: Literal["cpu", "cuda"] = _f("cpu", doc="where the model runs in every stage (probe, train, evaluate)")
+    chat_template_kwargs: dict[str, Any] = _f(
+        factory=dict, doc="extra arguments of the chat template in every stage, e.g. {enable_thinking: false} (Qwen3)")
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,25 @@ class TrainConfig:
     save_steps: int = _f(100, lo=1, doc="adapter checkpoint every N steps (and at the end)")
     logging_steps: int = _f(1, lo=1)
     lora: LoraParams = _f(factory=LoraParams)
-    device: Literal["cpu", "cuda"] = _f("cpu")
+    per_device_prompts: int | None = _f(
+        None, lo=1, doc="prompts per process per forward/backward pass (null: the process's whole share of "
+        "prompts_per_step); the rest is gradient accumulation (diffgrpo.devices.batching)")
     bf16: bool = _f(False)
     gradient_checkpointing: bool = _f(False)
-    use_vllm: bool = _f(False, doc="GPU only; needs the `gpu` extra")
+    use_vllm: bool = _f(False, doc="TRL generates with vLLM (GPU environment only)")
+    vllm_mode: Literal["colocate", "server"] = _f("colocate", doc="TRL's vllm_mode")
+    vllm_gpu_memory_utilization: float = _f(0.3, lo=0.0, hi=1.0, doc="colocate: GPU memory share of vLLM")
+    vllm_tensor_parallel_size: int = _f(1, lo=1, doc="colocate: GPUs per vLLM engine")
+
+
+@dataclass(frozen=True)
+class GenerationBackendConfig:
+    """The generator of the probe and of evaluation (training generates through TRL)."""
+
+    backend: Literal["hf", "vllm"] = _f("hf", doc="hf: transformers generate; vllm: the GPU environment's vLLM")
+    vllm_gpu_memory_utilization: float = _f(0.9, lo=0.0, hi=1.0, doc="share of GPU memory vLLM may take")
+    vllm_tensor_parallel_size: int = _f(1, lo=1, doc="GPUs one vLLM engine spans")
+    vllm_max_model_len: int | None = _f(None, lo=1, doc="context length vLLM reserves (null: the model's)")
 
 
 @dataclass(frozen=True)
@@ -170,6 +188,7 @@ class Config:
     dataset: DatasetConfig = _f(factory=DatasetConfig)
     probe: ProbeConfig = _f(factory=ProbeConfig)
     select: SelectConfig = _f(factory=SelectConfig)
+    generation: GenerationBackendConfig = _f(factory=GenerationBackendConfig)
     train: TrainConfig = _f(factory=TrainConfig)
     evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
     analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)

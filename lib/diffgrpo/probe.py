@@ -23,7 +23,6 @@ from pathlib import Path
 import pandas as pd
 
 from . import artifacts, data, layout, params
-from .generation import HFGenerator
 from .params import Config
 from .sampling import sample_and_score
 
@@ -66,8 +65,7 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
     key = layout.probe_key(cfg)
     rows = data.load_pool(cfg)
     task = data.task_of(cfg)
-    model, tokenizer = data.load_model(cfg)
-    gen = HFGenerator(model, tokenizer, batch_size=cfg.probe.sampling.batch_size)
+    gen = data.load_generator(cfg, batch_size=cfg.probe.sampling.batch_size)
     s = cfg.probe.sampling
     samples = sample_and_score(
         gen, task, rows, n=cfg.probe.k, temperature=s.temperature, top_p=s.top_p,

@@ -63,7 +63,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from . import artifacts, data, layout, parallel, params
+from . import artifacts, data, devices, layout, parallel, params
 from .generation import encode_prompt
 from .models import quiet_renamed_arguments
 from .params import Config
@@ -92,26 +92,41 @@ def selected_rows(cfg: Config, strategy: str) -> pd.DataFrame:
     return pool.loc[list(ids), ["prompt", "answer", "tier"]].reset_index()
 
 
-def check_prompt_lengths(rows: pd.DataFrame, tokenizer, limit: int | None) -> None:
+def check_prompt_lengths(rows: pd.DataFrame, tokenizer, limit: int | None, chat_template_kwargs: dict | None = None) -> None:
     if limit is None:
         return
-    lengths = [len(encode_prompt(tokenizer, p)) for p in rows["prompt"]]
+    lengths = [len(encode_prompt(tokenizer, p, chat_template_kwargs)) for p in rows["prompt"]]
     long = [(i, n) for i, n in zip(rows["id"], lengths) if n > limit]
     if long:
         raise ValueError(f"train.max_prompt_length = {limit}: {len(long)} prompt(s) are longer, e.g. {long[:5]}")
 
 
-def grpo_kwargs(cfg: Config, seed: int, output_dir: Path) -> dict[str, Any]:
-    """Every GRPOConfig argument we set: all of ``cfg.train`` plus the fixed choices above."""
+def checkpointing_argument() -> str:
+    """The name of activation checkpointing in the installed transformers: 5.23 (the CPU
+    environment) calls it ``activation_checkpointing`` and warns on the old name; 5.17 (the
+    GPU environment, which vLLM 0.31 holds below 5.18) knows only ``gradient_checkpointing``."""
+    names = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+
+def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1) -> dict[str, Any]:
+    """Every GRPOConfig argument we set: all of ``cfg.train`` plus the fixed choices above.
+    ``n_processes``: processes of the job (``accelerate launch``); the per-device batch and
+    gradient accumulation are derived so that an update keeps ``prompts_per_step`` prompts."""
     t = cfg.train
+    b = devices.batching(t.prompts_per_step, t.group_size, n_processes, t.per_device_prompts)
+    if t.use_vllm and t.vllm_mode == "colocate" and n_processes % t.vllm_tensor_parallel_size:
+        raise ValueError(f"train.vllm_tensor_parallel_size = {t.vllm_tensor_parallel_size} must divide the "
+                         f"{n_processes} training process(es) (TRL's colocate mode)")
     return dict(
         output_dir=str(output_dir),
         seed=seed,  # model init of LoRA, sampling, and (our sampler) the prompt order
         # batch: one update = prompts_per_step prompts x group_size completions, freshly generated
+        # (N processes: per device x N x accumulation = prompts_per_step x G; one generation per update)
         num_generations=t.group_size,
-        per_device_train_batch_size=t.prompts_per_step * t.group_size,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
+        per_device_train_batch_size=b.per_device_train_batch_size,
+        gradient_accumulation_steps=b.gradient_accumulation_steps,
+        steps_per_generation=b.gradient_accumulation_steps,
         num_iterations=t.num_iterations,
         max_steps=t.max_steps,
         shuffle_dataset=True,
@@ -138,6 +153,7 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path) -> dict[str, Any]:
         top_k=0,
         min_p=None,
         repetition_penalty=1.0,
+        chat_template_kwargs=dict(cfg.model.chat_template_kwargs),
         # checkpoints and logs
         save_strategy="steps",
         save_steps=t.save_steps,
@@ -147,12 +163,14 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path) -> dict[str, Any]:
         log_completions=False,  # groups.parquet keeps the rewards; completions would cost disk
         report_to="none",
         disable_tqdm=True,  # our own bar: HF's prints every log dict
-        # device; `activation_checkpointing` is transformers 5's name (the old one warns)
-        use_cpu=t.device == "cpu",
+        # device; activation checkpointing under the installed transformers' name
+        use_cpu=cfg.model.device == "cpu",
         bf16=t.bf16,
-        activation_checkpointing=t.gradient_checkpointing,
+        **{checkpointing_argument(): t.gradient_checkpointing},
         use_vllm=t.use_vllm,
-        vllm_mode="colocate",  # one GPU, no vLLM server
+        vllm_mode=t.vllm_mode,
+        vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size=t.vllm_tensor_parallel_size,
         dataloader_num_workers=0,
     )
 
@@ -227,6 +245,19 @@ class Recorder(TrainerCallback):
         return steps, groups
 
     def write(self, run_dir: Path) -> None:
+        """Every process calls it (at each save and at the end); with several, the groups each
+        one scored are gathered and the main process writes them."""
+        if devices.num_processes() > 1:
+            from accelerate.utils import gather_object
+
+            gathered = sorted(gather_object(self.groups), key=lambda g: g["step"])  # stable: rank order within a step
+            everyone = Recorder(self.task, self.group_size, self.steps, gathered)
+            if devices.is_main_process():
+                everyone.write_frames(run_dir)
+        else:
+            self.write_frames(run_dir)
+
+    def write_frames(self, run_dir: Path) -> None:
         steps, groups = self.frames()
         artifacts.write_parquet(run_dir / "steps.parquet", steps)
         artifacts.write_parquet(run_dir / "groups.parquet", groups)
@@ -274,12 +305,13 @@ def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def resume_point(ckpt_dir: Path) -> tuple[int, Path | None]:
-    """The newest checkpoint a resume can use (full trainer state); removes half-written ones."""
+def resume_point(ckpt_dir: Path, tidy: bool = True) -> tuple[int, Path | None]:
+    """The newest checkpoint a resume can use (full trainer state); ``tidy``: removes
+    half-written ones (only the main process of a multi-process job does)."""
     usable = {s: p for s, p in list_checkpoints(ckpt_dir).items() if (p / OPTIMIZER_FILE).exists()}
     step, path = max(usable.items()) if usable else (0, None)
     for s, p in list_checkpoints(ckpt_dir, complete=False).items():
-        if s > step:  # written after the last usable state: never trusted
+        if s > step and tidy:  # written after the last usable state: never trusted
             shutil.rmtree(p)
     return step, path
 
@@ -370,10 +402,11 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                           f"rebuilt without training); kept it as {kept.name} and training this one anew",
                           stacklevel=2)
 
-    if cfg.train.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device = cuda but torch sees no GPU")
-    resumed_step, resume_from = resume_point(ckpt_dir)
-    steps, groups = _previous_rows(run_dir, resumed_step)
+    devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
+    n_processes, is_main = devices.num_processes(), devices.is_main_process()
+    resumed_step, resume_from = resume_point(ckpt_dir, tidy=is_main)
+    # every process records the groups it scored; the main process holds the earlier rows
+    steps, groups = _previous_rows(run_dir, resumed_step) if is_main else ([], [])
     task = data.task_of(cfg)
     recorder = Recorder(task, cfg.train.group_size, steps, groups)
 
@@ -381,14 +414,14 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     if tokenizer.chat_template is None:
         raise ValueError(f"{data.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
     tokenizer.padding_side = "left"
-    check_prompt_lengths(rows, tokenizer, cfg.train.max_prompt_length)
+    check_prompt_lengths(rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
     dataset = Dataset.from_list(rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
 
     callbacks = [recorder, Tidy(ckpt_dir)] + ([Progress(layout.run_id(strategy, seed))] if progress else [])
     peft_config = lora_config(cfg)
     set_seed(seed)  # PEFT draws the LoRA init before TRL seeds anything
     with quiet_renamed_arguments():
-        args = GRPOConfig(**grpo_kwargs(cfg, seed, ckpt_dir))
+        args = GRPOConfig(**grpo_kwargs(cfg, seed, ckpt_dir, n_processes))
         trainer = Trainer(
             model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
             processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
@@ -396,9 +429,11 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict
 
-    artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
+    if is_main:
+        artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
     peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in peft_config.to_dict().items()}
-    artifacts.write_json(run_dir / "trl_config.json", {"grpo": args.to_dict(), "peft": peft_dict})
+    if is_main:
+        artifacts.write_json(run_dir / "trl_config.json", {"grpo": args.to_dict(), "peft": peft_dict})
     study = layout.study_dir(cfg)
     head = {
         "key": key,
@@ -409,11 +444,14 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "selection": artifacts.relative(layout.selection_file(cfg, strategy), study),
         "num_prompts": len(rows),
         "max_steps": cfg.train.max_steps,
+        "num_processes": n_processes,
         "versions": _versions(),
         "resumed_from": (manifest or {}).get("resumed_from", []) + ([resumed_step] if resume_from else []),
     }
 
     def write_manifest(status: str, steps_done: int, extra: dict | None = None) -> None:
+        if not is_main:
+            return
         ckpts = [artifacts.relative(p, run_dir) for p in list_checkpoints(ckpt_dir).values()]
         artifacts.write_json(manifest_path, {**head, "status": status, "steps_done": steps_done,
                                              "checkpoints": ckpts, **(extra or {})})
@@ -441,3 +479,39 @@ def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
     done = parallel.run_jobs(train_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
                              progress=progress, desc="train")
     return dict(zip(ids, done))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One run from the command line; the way to train on several GPUs:
+
+        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --strategy hard --seed 0
+
+    Each process trains on its share of every update (diffgrpo.devices.batching); the main
+    process writes the run's files. The study's 03_train stage then finds the run finished."""
+    import argparse
+
+    from .study import parse_overrides
+
+    ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("params_file", help="a file in params/ (name or path)")
+    ap.add_argument("--strategy", required=True, help="a selection made by the select stage")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a parameter, e.g. train.max_steps=20 (repeatable)")
+    ap.add_argument("--force", action="store_true", help="start the run over")
+    args = ap.parse_args(argv)
+    if args.force and devices.num_processes() > 1:
+        raise SystemExit("--force with several processes would race to delete the run: start it over "
+                         "with one process first, or remove the run folder")
+    cfg = params.load(args.params_file, overrides=parse_overrides(args.overrides))
+    run_dir = train_run(cfg, args.strategy, args.seed, progress=devices.is_main_process(), force=args.force)
+    if devices.is_main_process():
+        print(f"run: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

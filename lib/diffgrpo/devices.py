@@ -1,0 +1,87 @@
+"""Where a model runs, and how one GRPO update's prompts are split over processes (GPUs).
+
+``model.device`` names the device of every stage: the probe and evaluation put the model and
+its inputs there (:func:`device`), training hands it to TRL (``use_cpu``; under ``accelerate
+launch`` each process takes its own GPU).
+
+Several GPUs: ``accelerate launch --num_processes N`` runs N copies of the training process,
+and HF's Trainer multiplies ``per_device_train_batch_size`` by N. :func:`batching` therefore
+derives the per-device batch and the gradient accumulation from ``train.prompts_per_step``,
+so that one optimizer update always holds ``prompts_per_step x group_size`` completions,
+whatever N is:
+
+    prompts_per_step = per_device_prompts x num_processes x gradient_accumulation_steps
+
+A combination that cannot hold it (32 prompts over 3 GPUs) is refused rather than rounded.
+Each process's share is whole groups (the per-device batch is a multiple of G), so a group's
+G completions are generated and scored in one process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+def device(name: str) -> torch.device:
+    """``model.device`` as a torch device; a clear error when it names a GPU torch cannot see.
+    ``cuda`` under ``accelerate launch`` is the process's own GPU (``cuda:<LOCAL_RANK>``), so
+    N training processes never load N copies of the model onto the first GPU."""
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"model.device = {name!r} but torch sees no GPU (torch {torch.__version__}, "
+            f"torch.cuda.is_available() is False): set `model.device: cpu` in the params file, "
+            "or run on a GPU machine in the GPU environment (make gpu-env, docs/gpu.md)"
+        )
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return torch.device(name)
+
+
+def num_processes() -> int:
+    """Processes of this training job: ``WORLD_SIZE`` as ``accelerate launch`` / torchrun set
+    it, 1 for a plain ``python`` process."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """The process that writes a run's files (rank 0; the only one without a launcher)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@dataclass(frozen=True)
+class Batching:
+    """One optimizer update's completions, split over processes and accumulation steps."""
+
+    prompts_per_step: int
+    group_size: int
+    num_processes: int
+    per_device_prompts: int  # prompts of one forward/backward pass on one process
+    gradient_accumulation_steps: int
+
+    @property
+    def per_device_train_batch_size(self) -> int:
+        """TRL counts completions, not prompts."""
+        return self.per_device_prompts * self.group_size
+
+
+def batching(prompts_per_step: int, group_size: int, n_processes: int, per_device_prompts: int | None) -> Batching:
+    """Per-device batch and gradient accumulation that keep ``prompts_per_step`` per update.
+
+    ``per_device_prompts``: prompts one process takes in one forward/backward pass (null: its
+    whole share of the update, no accumulation)."""
+    where = (f"train.prompts_per_step = {prompts_per_step} with {n_processes} process(es)"
+             + (f" and train.per_device_prompts = {per_device_prompts}" if per_device_prompts else ""))
+    if n_processes < 1:
+        raise ValueError(f"{n_processes} processes: need at least 1")
+    if prompts_per_step % n_processes:
+        raise ValueError(f"{where}: the prompts of an update do not split evenly over the processes; "
+                         f"use a number of GPUs that divides {prompts_per_step}, or change prompts_per_step")
+    share = prompts_per_step // n_processes
+    micro = share if per_device_prompts is None else per_device_prompts
+    if micro > share or share % micro:
+        raise ValueError(f"{where}: each process gets {share} prompt(s) per update, which "
+                         f"{micro} per pass does not divide; pick a divisor of {share}")
+    return Batching(prompts_per_step, group_size, n_processes, micro, share // micro)

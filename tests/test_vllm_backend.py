@@ -1,0 +1,187 @@
+"""The vLLM backend against the installed vLLM's real classes and signatures (GPU environment).
+
+vLLM lives only in the GPU environment (``make gpu-env``; ``make test-gpu`` runs this file
+there). In the CPU environment every test that needs it is skipped, saying so. What runs
+without a GPU: our SamplingParams, LoRARequest and TokensPrompt are vLLM's own objects with
+the values we meant; the engine arguments are fields vLLM's EngineArgs accepts (and build the
+model config of a real checkpoint); ``generate`` is called exactly as ``vllm.LLM.generate``'s
+signature allows (an autospec of the real class) and vLLM's own output records come back as
+our Completions. What does not run here: an engine (it needs a GPU).
+"""
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+import inspect
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from diffgrpo import data, params
+from diffgrpo.embedded import default_path
+from diffgrpo.generation import Completion, encode_prompt
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(
+    not HAVE_VLLM, reason="vLLM is only in the GPU environment: `make gpu-env`, then `make test-gpu` (docs/gpu.md)")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cfg_vllm(**overrides):
+    return params.load("tiny", overrides={"generation.backend": "vllm", **overrides})
+
+
+@pytest.mark.skipif(HAVE_VLLM, reason="checks the CPU environment, where vLLM is absent")
+def test_vllm_backend_in_the_cpu_env_is_a_clear_error():
+    with pytest.raises(ImportError, match="only the GPU environment has.*make gpu-env"):
+        data.load_generator(cfg_vllm(), batch_size=4)
+
+
+# ---- the GPU environment -------------------------------------------------------------------
+@needs_vllm
+def test_installed_versions_are_the_pinned_ones():
+    pins = {}
+    for line in (ROOT / "requirements-gpu.txt").read_text().splitlines():
+        req = line.split("#", 1)[0].strip()
+        if "==" in req:
+            name, version = req.split("==")
+            pins[name.split("[")[0]] = version
+    for name in ("vllm", "torch", "transformers", "trl", "peft", "accelerate", "numpy"):
+        assert importlib.metadata.version(name).split("+")[0] == pins[name], name
+
+
+@needs_vllm
+def test_sampling_params_are_vllms():
+    import vllm
+    from vllm.sampling_params import SamplingType
+
+    from diffgrpo.vllm_backend import VLLMGenerator
+
+    gen = VLLMGenerator(mock.Mock(), mock.Mock(), eos_ids=[3, 7])
+    sp = gen.sampling_params(n=8, temperature=1.0, top_p=0.95, max_new_tokens=64, seed=11)
+    assert isinstance(sp, vllm.SamplingParams)
+    assert (sp.n, sp.temperature, sp.top_p, sp.max_tokens, sp.seed) == (8, 1.0, 0.95, 64, 11)
+    assert sp.top_k in (0, -1) and sp.repetition_penalty == 1.0 and sp.min_p == 0.0  # no cut, no penalty
+    assert set(sp.stop_token_ids) == {3, 7} and not sp.ignore_eos and sp.skip_special_tokens
+    assert sp.sampling_type == SamplingType.RANDOM_SEED
+    greedy = gen.sampling_params(n=1, temperature=0.0, top_p=1.0, max_new_tokens=64, seed=11)
+    assert greedy.sampling_type == SamplingType.GREEDY
+
+
+@needs_vllm
+def test_lora_requests_are_vllms(tmp_path):
+    from vllm.lora.request import LoRARequest
+
+    from diffgrpo.vllm_backend import lora_request
+
+    a, b = tmp_path / "checkpoint-100", tmp_path / "checkpoint-200"
+    ra, rb = lora_request(a), lora_request(b)
+    assert isinstance(ra, LoRARequest) and ra.lora_path == str(a.resolve())
+    assert ra.lora_int_id >= 1 and ra.lora_int_id != rb.lora_int_id  # vLLM caches adapters by id
+    assert lora_request(a).lora_int_id == ra.lora_int_id and lora_request(None) is None
+
+
+@needs_vllm
+def test_engine_arguments_are_engine_args_fields():
+    """vllm.LLM hands its keyword arguments to EngineArgs: each of ours must be a field, and
+    together they must describe the packaged model (vLLM reads its config without a GPU)."""
+    import vllm
+
+    from diffgrpo.vllm_backend import engine_kwargs
+
+    kw = engine_kwargs(cfg_vllm(**{"generation.vllm_max_model_len": 128}))
+    fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    assert set(kw) - {"model"} <= fields | set(inspect.signature(vllm.LLM.__init__).parameters)
+    assert kw["enable_lora"] and kw["max_lora_rank"] == 4 and kw["model"] == str(default_path())
+    args = vllm.EngineArgs(**kw)
+    model_config = args.create_model_config()
+    assert model_config.max_model_len == 128 and model_config.hf_config.model_type == "qwen2"
+    # vLLM checks the settings against the checkpoint: the embedded model has 256 positions
+    with pytest.raises(Exception, match="max_model_len"):
+        vllm.EngineArgs(**{**kw, "max_model_len": 512}).create_model_config()
+
+
+@needs_vllm
+def test_gguf_model_is_refused():
+    from diffgrpo.vllm_backend import engine_kwargs
+
+    with pytest.raises(ValueError, match="gguf_file.*generation.backend: hf"):
+        engine_kwargs(cfg_vllm(**{"model.path": str(default_path()), "model.gguf_file": "x.gguf"}))
+
+
+def _fake_outputs(inputs, params, **_):
+    """What vllm.LLM.generate returns, built from vLLM's own output classes: each prompt's n
+    completions; the first stops at EOS (its id kept in token_ids), the others at the limit."""
+    from vllm.outputs import CompletionOutput, RequestOutput
+
+    outs = []
+    for i, (prompt, sp) in enumerate(zip(inputs, params)):
+        completions = [
+            CompletionOutput(index=j, text=f"p{i} s{j} seed{sp.seed}", token_ids=[5] * (2 + j) + ([9] if j == 0 else []),
+                             cumulative_logprob=None, logprobs=None, finish_reason="stop" if j == 0 else "length")
+            for j in range(sp.n)
+        ]
+        outs.append(RequestOutput(request_id=str(i), prompt=None, prompt_token_ids=prompt["prompt_token_ids"],
+                                  prompt_logprobs=None, outputs=completions, finished=True))
+    return outs
+
+
+@needs_vllm
+@pytest.mark.parametrize("adapter", [None, "checkpoint-2"])
+def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, monkeypatch):
+    import vllm
+    from vllm.lora.request import LoRARequest
+
+    from diffgrpo import vllm_backend
+
+    llm = mock.create_autospec(vllm.LLM, instance=True)  # the real signatures; a wrong call raises
+    llm.generate.side_effect = _fake_outputs
+    monkeypatch.setattr(vllm_backend, "_engine", lambda items: llm)
+    cfg = cfg_vllm(**{"model.chat_template_kwargs": {"enable_thinking": False}})
+    gen = data.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
+    assert isinstance(gen, vllm_backend.VLLMGenerator)
+
+    prompts = [[{"role": "user", "content": "Alice has the ball. Who has it?"}],
+               [{"role": "user", "content": "Bob has the hat."}]]
+    out = gen.generate(prompts, n=3, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=40, progress=False)
+
+    (inputs, sps), kw = llm.generate.call_args
+    assert [p["prompt_token_ids"] for p in inputs] == [encode_prompt(gen.tokenizer, p, {"enable_thinking": False})
+                                                       for p in prompts]
+    assert [sp.seed for sp in sps] == [vllm_backend.prompt_seed(40, i) for i in (0, 1)]
+    assert all(sp.n == 3 and sp.max_tokens == 16 for sp in sps)
+    if adapter:
+        assert isinstance(kw["lora_request"], LoRARequest) and kw["lora_request"].lora_path.endswith(adapter)
+    else:
+        assert kw["lora_request"] is None
+    assert [len(c) for c in out] == [3, 3]
+    assert out[1][0] == Completion(text=f"p1 s0 seed{sps[1].seed}", num_tokens=3, finished=True)  # EOS counted, as HF
+    assert out[0][2] == Completion(text=f"p0 s2 seed{sps[0].seed}", num_tokens=4, finished=False)
+
+
+def test_prompt_seeds_never_share_a_stream():
+    """vLLM seeds sample j of a request seed + j: the n = 8 streams of 128 prompts in each of
+    3 consecutive chunk seeds (as a probe's chunks) must all differ."""
+    from diffgrpo.vllm_backend import prompt_seed
+
+    streams = [prompt_seed(chunk, i) + j for chunk in (7, 8, 9) for i in range(128) for j in range(8)]
+    assert len(set(streams)) == len(streams)
+    assert prompt_seed(7, 3) == prompt_seed(7, 3)
+
+
+@needs_vllm
+def test_one_engine_for_base_and_checkpoints(tmp_path, monkeypatch):
+    """Evaluation builds one generator per checkpoint: they share one engine (the base
+    weights load once) and differ only in the LoRA request; no adapter is merged."""
+    from diffgrpo import models, vllm_backend
+
+    built = []
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: mock.Mock(LLM=lambda **kw: built.append(kw) or mock.Mock()))
+    monkeypatch.setattr(models, "load_model", mock.Mock(side_effect=AssertionError("HF load in the vLLM path")))
+    vllm_backend._engine.cache_clear()
+    cfg = cfg_vllm()
+    gens = [data.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
+    vllm_backend._engine.cache_clear()
+    assert len(built) == 1 and len({id(g.llm) for g in gens}) == 1
+    assert [g.lora is None for g in gens] == [True, False, False]
