@@ -43,6 +43,8 @@ def load_model(
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra)
+    if gguf_file:
+        drop_dequantized_gguf_marker(model)
     if adapter is not None:
         from peft import PeftModel
 
@@ -54,6 +56,26 @@ def load_model(
     if device is not None:
         model.to(device)
     return model.eval(), tokenizer
+
+
+def drop_dequantized_gguf_marker(model) -> None:
+    """Forget the GGUF quantizer of a model whose weights were dequantized on load.
+
+    transformers 5.23 keeps ``model.hf_quantizer`` (GGUF) even when it dequantized every
+    tensor to plain ``dtype`` weights (no GGUF matmul kernel on a CPU), and its Trainer then
+    refuses to train ("quantized with QuantizationMethod.GGUF but that quantization method do
+    not support training"), so GRPO could not start on SmolLM2. The weights are ordinary
+    tensors (every module a plain torch one, every parameter floating point): dropping the
+    marker changes no number. A model still holding quantized weights (a GGUF kernel in use)
+    keeps it."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    plain = all(type(m).__module__.startswith(("torch.nn", "transformers.models", "transformers.activations"))
+                for m in model.modules())
+    if quantizer is not None and plain and all(p.is_floating_point() for p in model.parameters()):
+        quantizer.remove_quantization_config(model)  # hf_quantizer, config, is_quantized = False
+        for module in model.modules():  # the flag transformers sets beside them
+            if hasattr(getattr(module, "config", None), "_is_quantized"):
+                module.config._is_quantized = False
 
 
 def cache_dir() -> Path:
