@@ -42,6 +42,7 @@ so a resumed run sees the same prompts as an uninterrupted one. A finished run i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import time
@@ -371,6 +372,8 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     """Train one (strategy, seed) run; resume it if interrupted, skip it if finished. Returns its
     folder. One writer at a time: a second process training the same run is refused."""
     run_dir = layout.run_dir(cfg, strategy, seed)
+    if not devices.is_main_process():  # under a launcher the main process holds the lock and writes
+        return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
     with artifacts.exclusive(run_dir):
         return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
 
@@ -384,23 +387,26 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         shutil.rmtree(run_dir)
     manifest = artifacts.read_json(manifest_path) if manifest_path.exists() else None
     if manifest is not None and manifest["key"] != key:
-        kept = _set_aside(run_dir, manifest["key"])
-        warnings.warn(f"{run_dir.name}: the run there was trained with other settings "
-                      f"({', '.join(_changed(manifest['key'], key))} differ); kept it as {kept.name} and "
-                      "training this one anew", stacklevel=2)
+        if devices.is_main_process():  # under a launcher, the one process that moves files
+            kept = _set_aside(run_dir, manifest["key"])
+            warnings.warn(f"{run_dir.name}: the run there was trained with other settings "
+                          f"({', '.join(_changed(manifest['key'], key))} differ); kept it as {kept.name} and "
+                          "training this one anew", stacklevel=2)
         manifest = None
     if manifest is not None:
         if manifest["steps_done"] > cfg.train.max_steps:
             raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
                              f"{cfg.train.max_steps}; raise train.max_steps, or delete that folder to retrain it")
         if manifest["status"] == "complete" and manifest["steps_done"] == cfg.train.max_steps:
-            bad = artifacts.damaged(run_dir, manifest)
+            bad = artifacts.damaged(run_dir, manifest)  # every process sees the same files
             if not bad:
                 return run_dir
-            kept = _set_aside(run_dir, manifest["key"])
-            warnings.warn(f"{run_dir.name}: {bad} damaged since the run finished (its records cannot be "
-                          f"rebuilt without training); kept it as {kept.name} and training this one anew",
-                          stacklevel=2)
+            if devices.is_main_process():
+                kept = _set_aside(run_dir, manifest["key"])
+                warnings.warn(f"{run_dir.name}: {bad} damaged since the run finished (its records cannot be "
+                              f"rebuilt without training); kept it as {kept.name} and training this one anew",
+                              stacklevel=2)
+            manifest = None
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
