@@ -22,6 +22,7 @@ DELTA = {"easy": 0.02, "hard": 0.12}
 # of 4 groups per step, how many have mixed rewards
 MIXED = {"easy": 1, "hard": 3}
 STEPS = (5, 10)
+N_PROMPTS, N_SAMPLES = 200, 4  # every accuracy above is a whole number of prompts (samples) of these
 
 
 def _groups(strategy: str) -> pd.DataFrame:
@@ -47,12 +48,26 @@ def _tiers(rid: str, strategy: str, seed, step: int, acc: dict) -> pd.DataFrame:
                           "seed": seed, "step": step} for t in (1, 2)])
 
 
+def _samples(step: int, acc: dict) -> pd.DataFrame:
+    """Per-sample rows (as the evaluate stage writes them) with exactly ``acc``'s greedy accuracy
+    and pass@1: the first prompts (samples) are the correct ones, so checkpoints are nested."""
+    greedy = pd.DataFrame({"step": step, "mode": "greedy", "prompt_id": [f"t{i:03d}" for i in range(N_PROMPTS)],
+                           "sample": 0, "correct": np.arange(N_PROMPTS) < round(acc["greedy_acc"] * N_PROMPTS)})
+    k = np.arange(N_PROMPTS * N_SAMPLES)
+    sampled = pd.DataFrame({"step": step, "mode": "sampled", "prompt_id": [f"t{i // N_SAMPLES:03d}" for i in k],
+                            "sample": k % N_SAMPLES, "correct": k < round(acc["pass@1"] * N_PROMPTS * N_SAMPLES)})
+    return pd.concat([greedy, sampled], ignore_index=True)
+
+
 def _write_eval(root, rid, strategy, seed, accs: dict[int, dict], trained=None) -> None:
     out = root / "eval" / rid
     out.mkdir(parents=True)
     (out / "manifest.json").write_text(json.dumps({"steps": sorted(accs), "trained": trained}))
-    pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": 20}
+    pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": N_PROMPTS}
                   for s, a in accs.items()]).to_parquet(out / "summary.parquet")
+    # a run's samples.parquet holds its trained checkpoints; the base model's, step 0
+    steps = [s for s in accs if s > 0] or [0]
+    pd.concat([_samples(s, accs[s]) for s in steps], ignore_index=True).to_parquet(out / "samples.parquet")
     pd.concat([_tiers(rid, strategy, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
 
 
@@ -107,7 +122,7 @@ def test_learnable_pct_counts_groups_with_mixed_rewards():
 def test_collect_runs_gains_and_learnable(study):
     runs = analyze.collect_runs(study)
     assert list(runs.columns) == ["model", "dataset", "strategy", "seed", "base_acc", "final_acc",
-                                  "gain_pp", "learnable_pct", "steps"]
+                                  "gain_pp", "learnable_pct", "learnable_first_pct", "steps"]
     assert list(zip(runs["strategy"], runs["seed"])) == [("easy", 0), ("easy", 1), ("hard", 0), ("hard", 1)]
     assert runs["gain_pp"].tolist() == pytest.approx([2.0, 3.0, 12.0, 13.0])
     assert runs["learnable_pct"].tolist() == [25.0, 25.0, 75.0, 75.0]
@@ -237,7 +252,7 @@ REPORT_FILES = {
     "table4_pass_k.csv", "table4_pass_k.md", "table_accuracy.csv", "table_accuracy.md", "steps_to_match.csv",
     "steps_to_match.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
-    "fig_tiers.png", "summary.json",
+    "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
 }
 
 
@@ -248,17 +263,32 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     text = (out / "summary.json").read_text()
     assert json.loads(text) == summary and str(tmp_path) not in text
 
-    assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression"}
+    assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
+                            "arms", "contrasts", "bootstrap"}
     assert summary["metric"] == "greedy_acc" and summary["best"] == "hard" and summary["skipped"] == []
+    # easy's selection has p_hat 1, 1, 0.9: predicted learnable = mean(1 - p^8 - (1-p)^8)
+    easy_predicted = round(100 * (1 - 0.9**8 - 0.1**8) / 3, 4)
     assert summary["runs"][0] == {"model": "tiny", "dataset": "shuffled_objects", "strategy": "easy", "seed": 0,
                                   "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
-                                  "steps": 10}
-    assert summary["verdict"] == ("hard gained +12.5 points greedy accuracy over the base (0.40 -> 0.53); "
-                                  "easy gained the least (+2.5) (means over up to 2 seeds). One standard error "
-                                  "on 20 test prompts is 11.0 points; the best gain is within two of them")
+                                  "learnable_first_pct": 25.0, "steps": 10, "predicted_learnable_pct": easy_predicted}
+    assert summary["verdict"].startswith("hard beat the base model's greedy accuracy (0.40): +12.5 points [")
+    assert "hard is the best arm: its lead of +10.0 [" in summary["verdict"]
+    assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction "
+                                       "(95% intervals over 200 test prompts and 2 seeds)")
+    hard = summary["arms"]["hard"]
+    assert hard["gain_pp"] == 12.5 and hard["n_seeds"] == 2 and hard["learnable_pct"] == 75.0
+    assert 5 < hard["ci95"][0] < 12.5 < hard["ci95"][1] < 20
+    assert summary["arms"]["easy"]["predicted_learnable_pct"] == easy_predicted
+    (pair,) = summary["contrasts"]
+    assert (pair["a"], pair["b"], pair["diff_pp"], pair["n_seeds"]) == ("easy", "hard", -10.0, 2)
+    assert pair["ci95"][1] < 0 and pair["p_holm"] < 0.01 and pair["significant_holm"]
+    assert summary["bootstrap"] == {"resamples": 2000, "seed": 0, "level": 0.95, "over": "test prompts x seeds",
+                                    "n_prompts": 200, "interval": "percentile"}
     x, y = [25, 25, 75, 75], [2, 3, 12, 13]
     slope, intercept = np.polyfit(x, y, 1)
-    assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note"}
+    assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note", "r2_ci95"}
+    lo, hi = summary["regression"]["r2_ci95"]
+    assert lo <= summary["regression"]["r2"] <= hi <= 1
     assert summary["regression"]["n"] == 4 and summary["regression"]["slope"] == pytest.approx(slope, abs=1e-4)
     assert summary["regression"]["intercept"] == pytest.approx(intercept, abs=1e-4)
     assert summary["regression"]["r2"] == pytest.approx(np.corrcoef(x, y)[0, 1] ** 2, abs=1e-4)
@@ -269,7 +299,9 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert ours.loc["hard", "value"] == pytest.approx(12.5) and ours.loc["hard", "n"] == 2
     assert set(table1["source"]) == {"ours", "003 Table 1", "003 Table 3"} and len(table1) == 2 + 28
     md = (out / "table1_gain.md").read_text()
-    assert "| ours | shuffled_objects | tiny | gain_pp | 2.50 ± 0.71 |  | 12.50 ± 0.71 |  |" in md
+    cell = lambda arm: f"{arm['gain_pp']:.2f} [{arm['ci95'][0]:.2f}, {arm['ci95'][1]:.2f}]"  # noqa: E731
+    assert (f"| ours | shuffled_objects | tiny | gain_pp | {cell(summary['arms']['easy'])} |  | "
+            f"{cell(summary['arms']['hard'])} |  |") in md
     pass_k = pd.read_csv(out / "table4_pass_k.csv")
     assert pass_k.loc[pass_k["source"] == "ours", "strategy"].tolist() == ["base", "easy", "hard"]
     assert "14.3" in (out / "paper_tables.md").read_text()
@@ -288,3 +320,129 @@ def test_noise_scale_and_verdict_beyond_noise():
     runs = pd.DataFrame({"strategy": ["hard", "easy"], "seed": [0, 0], "base_acc": [0.5, 0.5],
                          "final_acc": [0.7, 0.52], "gain_pp": [20.0, 2.0]})
     assert analyze.verdict(runs, "greedy_acc", 400).endswith("2.5 points; the best gain is beyond two of them")
+
+
+# ---- intervals (issue 11) ---------------------------------------------------------------
+
+
+def _scores(final: dict, base=None, n=None):
+    n = n or len(next(iter(final.values())))
+    return analyze.Scores.of(np.zeros(n) if base is None else base, final)
+
+
+def test_identical_arms_give_a_contrast_interval_around_zero_and_p_holm_one():
+    rng = np.random.default_rng(1)
+    base = (rng.random(300) < 0.4).astype(float)
+    same = {s: (rng.random(300) < 0.5).astype(float) for s in range(3)}
+    scores = _scores({**{("a", s): v for s, v in same.items()}, **{("b", s): v for s, v in same.items()},
+                      # c: another draw from the same distribution, not the same numbers
+                      **{("c", s): (rng.random(300) < 0.5).astype(float) for s in range(3)}}, base)
+    boot = analyze.Bootstrap(300, 2000, 0)
+    pairs = analyze.contrasts(scores, boot).set_index(["a", "b"])
+    ab = pairs.loc[("a", "b")]
+    assert ab["diff_pp"] == 0 and ab["ci_low"] == ab["ci_high"] == 0 and ab["p"] == 1 and ab["p_holm"] == 1
+    ac = pairs.loc[("a", "c")]
+    assert ac["ci_low"] < 0 < ac["ci_high"] and ac["p_holm"] > 0.5 and not ac["significant_holm"]
+    arms = analyze.arm_intervals(scores, boot).set_index("strategy")
+    assert arms.loc["a", "ci_low"] < arms.loc["a", "gain_pp"] < arms.loc["a", "ci_high"]
+    assert arms.loc["a", "n_seeds"] == 3
+
+
+def test_always_right_against_always_wrong_excludes_zero():
+    n = 100
+    scores = _scores({**{("right", s): np.ones(n) for s in range(2)}, **{("wrong", s): np.zeros(n) for s in range(2)},
+                      ("noisy", 0): (np.arange(n) % 2).astype(float), ("noisy", 1): (np.arange(n) % 3 == 0).astype(float)})
+    pairs = analyze.contrasts(scores, analyze.Bootstrap(n, 1000, 0)).set_index(["a", "b"])
+    rw = pairs.loc[("right", "wrong")]  # analyze.strategy_order: alphabetical after 003's four
+    assert rw["diff_pp"] == 100 and rw["ci_low"] == 100 and rw["excludes_zero"]
+    assert rw["p"] == pytest.approx(2 / 1001) and rw["significant_holm"]
+    assert pairs.loc[("noisy", "right"), "ci_high"] < 0 and pairs.loc[("noisy", "wrong"), "ci_low"] > 0
+
+
+def test_interval_width_shrinks_with_more_prompts():
+    rng = np.random.default_rng(0)
+    widths = {}
+    for n in (50, 200, 800):
+        final = {("a", s): (rng.random(n) < 0.6).astype(float) for s in range(3)}
+        arm = analyze.arm_intervals(_scores(final, (rng.random(n) < 0.4).astype(float)),
+                                    analyze.Bootstrap(n, 2000, 0)).iloc[0]
+        widths[n] = arm["ci_high"] - arm["ci_low"]
+    assert widths[50] > widths[200] > widths[800]
+    assert widths[50] / widths[800] == pytest.approx(4, rel=0.35)  # 1/sqrt(n)
+
+
+def test_seed_spread_widens_the_interval():
+    """Seeds are resampled too: three seeds that disagree give a wider interval than three
+    that agree on the same mean; with one seed the interval is over prompts only."""
+    n = 400
+    base = np.zeros(n)
+    agree = {("a", s): (np.arange(n) < 200).astype(float) for s in range(3)}
+    spread = {("a", s): (np.arange(n) < k).astype(float) for s, k in enumerate((120, 200, 280))}
+    boot = analyze.Bootstrap(n, 2000, 0)
+    w = lambda f: np.ptp(analyze.arm_intervals(_scores(f, base), boot).iloc[0][["ci_low", "ci_high"]])  # noqa: E731
+    assert w(spread) > 1.5 * w(agree)
+
+
+def test_holm_on_known_p_values():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06
+    assert analyze.holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert analyze.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert analyze.holm([0.02]) == pytest.approx([0.02])
+    assert (analyze.holm(p) >= np.array(p)).all()
+
+
+def test_boot_p_is_two_sided():
+    assert analyze.boot_p(np.zeros(99)) == 1.0
+    assert analyze.boot_p(np.ones(99)) == pytest.approx(0.02)
+    assert analyze.boot_p(np.r_[np.ones(89), -np.ones(10)]) == pytest.approx(0.22)
+
+
+def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
+    arms = pd.DataFrame({"strategy": ["hard", "easy"], "gain_pp": [5.0, 4.0], "ci_low": [1.0, 0.5],
+                         "ci_high": [9.0, 8.0], "n_seeds": [1, 1]})
+    pairs = pd.DataFrame({"a": ["easy"], "b": ["hard"], "diff_pp": [-1.0], "ci_low": [-4.0], "ci_high": [2.0],
+                          "p": [0.5], "p_holm": [0.5], "significant_holm": [False]})
+    line, best = analyze.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
+    assert best is None and "not distinguishable at this size: the lead of +1.0 [-2.0, +4.0] points over easy" in line
+    assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed-to-seed spread is not in them))")
+    line, best = analyze.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
+    assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy excludes 0" in line
+
+
+def test_r2_interval_over_runs():
+    x, y = np.arange(12.0), np.arange(12.0) + np.tile([0.0, 3.0], 6)
+    lo, hi = analyze.r2_interval(x, y, 1000, 0)
+    r2 = analyze.fit_line(x, y)["r2"]
+    assert lo < r2 < hi <= 1
+    assert analyze.r2_interval([1, 2], [1, 2], 100, 0) is None
+
+
+def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
+    """A study with random drawn per seed and the control arm: predicted learnable % from each
+    seed's own selection, the control's learnable % from the verifier's scores."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    cfg = Config(study="synthetic").replace(**{"select.strategies": ["hard", "random", "random_reward"],
+                                                "train.seeds": [0, 1, 2], "analyze.bootstrap": 500})
+    DELTA.update(random=0.06, random_reward=0.0)
+    MIXED.update(random=2, random_reward=2)
+    try:
+        root = make_study(layout.study_dir(cfg), strategies=("hard", "random", "random_reward"), seeds=(0, 1, 2))
+    finally:
+        for k in ("random", "random_reward"):
+            DELTA.pop(k), MIXED.pop(k)
+    for s in (0, 1, 2):
+        for strategy in ("random", "random_reward"):
+            pd.DataFrame({"id": ["r0", "r1"], "p_hat": [0.5, 0.1 * s], "strategy": strategy, "seed": 0,
+                          "train_seed": s}).to_parquet(layout.selection_file(cfg, strategy, s))
+        # the control's rewards are random (never mixed here); its verifier scores are what counts
+        run = layout.run_dir(cfg, "random_reward", s) / "groups.parquet"
+        g = pd.read_parquet(run)
+        g.assign(scores=g["rewards"], rewards=[[0.0] * 4] * len(g)).to_parquet(run)
+    summary = analyze.report(cfg)
+    arms = summary["arms"]
+    pred = [100 * np.mean([1 - 0.5**8 - 0.5**8, 1 - p**8 - (1 - p) ** 8]) for p in (0.0, 0.1, 0.2)]
+    assert arms["random"]["predicted_learnable_pct"] == pytest.approx(np.mean(pred), abs=1e-3)
+    assert arms["random_reward"]["learnable_pct"] == 50.0 and arms["random"]["n_seeds"] == 3
+    assert len(summary["contrasts"]) == 3 and len(summary["runs"]) == 9
+    assert (layout.report_dir(cfg) / "fig_learnability.png").exists()

@@ -32,7 +32,7 @@ def test_budget_count_and_bad_budget():
 
 @pytest.mark.parametrize("strategy", select.BUDGETED)
 def test_exact_size_unique_ids_from_pool(pool, strategy):
-    sel = select.select(pool, strategy, 50, seed=1)
+    sel = select.select(pool, strategy, 50, seed=1, train_seed=0)
     assert len(sel) == 50 and sel["id"].is_unique and set(sel["id"]) <= set(pool["id"])
 
 
@@ -63,14 +63,50 @@ def test_middle_stays_in_the_interquartile_range_nearest_the_median(pool):
 
 
 def test_random_is_seeded_and_uniform(pool):
-    a = select.select(pool, "random", 50, seed=3)
-    assert list(a["id"]) == list(select.select(pool, "random", 50, seed=3)["id"])
+    a = select.select(pool, "random", 50, seed=3, train_seed=0)
+    assert list(a["id"]) == list(select.select(pool, "random", 50, seed=3, train_seed=0)["id"])
     # uniform: over many seeds every prompt is chosen about 10% of the time
-    counts = pd.concat([select.select(pool, "random", 50, seed=s)["id"] for s in range(400)]).value_counts()
+    counts = pd.concat([select.select(pool, "random", 50, seed=s, train_seed=0)["id"]
+                        for s in range(400)]).value_counts()
     freq = counts.reindex(pool["id"], fill_value=0) / 400
     assert abs(freq.mean() - 0.1) < 1e-9 and freq.between(0.02, 0.2).all()
     # and not tied to p_hat
     assert abs(pool.set_index("id")["p_hat"].corr(freq)) < 0.15
+
+
+def test_per_seed_random_differs_across_seeds_and_deterministic_policies_do_not(pool):
+    """(issue 11) random draws its own subset for every training seed; the control arm trains on
+    random's subset of the same seed; a deterministic policy ignores the training seed."""
+    draws = {s: select.select(pool, "random", 50, seed=0, train_seed=s) for s in range(3)}
+    assert len({frozenset(d["id"]) for d in draws.values()}) == 3
+    assert [d["train_seed"].iloc[0] for d in draws.values()] == [0, 1, 2]
+    again = select.select(pool, "random", 50, seed=0, train_seed=1)
+    assert list(again["id"]) == list(draws[1]["id"])
+    control = select.select(pool, "random_reward", 50, seed=0, train_seed=1)
+    assert list(control["id"]) == list(draws[1]["id"]) and set(control["strategy"]) == {"random_reward"}
+    for strategy in ("hard", "easy", "middle"):
+        a, b = (select.select(pool, strategy, 50, seed=0, train_seed=s) for s in (0, 1))
+        assert list(a["id"]) == list(b["id"]) and "train_seed" not in a
+    with pytest.raises(SelectionError, match="train_seed"):
+        select.select(pool, "random", 50, seed=0)
+
+
+def test_run_select_writes_one_file_per_seed_for_random_only(tmp_path, monkeypatch, pool):
+    from diffgrpo import layout, probe
+    from diffgrpo.params import Config
+
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
+    cfg = Config(study="sel").replace(**{"select.strategies": ["hard", "random", "random_reward"],
+                                         "train.seeds": [0, 1]})
+    select.run_select(cfg)
+    names = sorted(p.name for p in layout.select_dir(cfg).glob("*.parquet"))
+    assert names == ["hard.parquet", "random-seed0.parquet", "random-seed1.parquet",
+                     "random_reward-seed0.parquet", "random_reward-seed1.parquet"]
+    assert select.selection_path(cfg, "hard", 1) == layout.selection_file(cfg, "hard")
+    assert select.selection_path(cfg, "random", 1).name == "random-seed1.parquet"
+    assert set(select.read_selections(cfg)) == {"hard", "random-seed0", "random-seed1",
+                                                 "random_reward-seed0", "random_reward-seed1"}
 
 
 def test_base_wrong_and_right_and_matched(pool):

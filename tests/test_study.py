@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import notebooks, params, study
+from diffgrpo import notebooks, params, select, study
 from diffgrpo.params import ParamsError
 
 
@@ -57,8 +57,10 @@ def test_summary_json_agrees_with_the_run_files(tiny_study):
 def test_selections_hold_the_budget(tiny_study):
     cfg = params.load("tiny")
     for strategy in cfg.select.strategies:
-        sel = pd.read_parquet(tiny_study / "select" / f"{strategy}.parquet")
-        assert len(sel) == int(cfg.select.budget_frac * cfg.dataset.pool_size)
+        for seed in cfg.train.seeds if select.per_seed(strategy) else [None]:  # random: one file per seed
+            name = strategy if seed is None else f"{strategy}-seed{seed}"
+            sel = pd.read_parquet(tiny_study / "select" / f"{name}.parquet")
+            assert len(sel) == int(cfg.select.budget_frac * cfg.dataset.pool_size)
 
 
 def test_a_misspelled_override_stops_the_study_before_any_notebook(tmp_path, monkeypatch):

@@ -298,3 +298,47 @@ def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     assert np.allclose(steps.set_index("step")["reward"], groups.groupby("step")["reward_mean"].mean())
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["num_processes"] == 2
+
+
+class _State:
+    def __init__(self, global_step: int):
+        self.global_step = global_step
+
+
+class _Exact:
+    def score(self, completion, answer):
+        return float(completion == answer)
+
+
+def test_control_reward_is_independent_of_correctness_with_the_stated_mean():
+    """(issue 11) The control arm (random_reward): Bernoulli rewards whose mean is the probe's
+    mean p_hat over its selection, the same whatever the completions say, deterministic in
+    (seed, step, prompt); the verifier's scores are still recorded as ``scores``."""
+    rows = pd.DataFrame({"id": ["a", "b", "c", "d"], "p_hat": [0.1, 0.2, 0.3, 0.6]})
+    assert train.control_reward("random", rows, seed=0) is None
+    control = train.control_reward("random_reward", rows, seed=3)
+    assert control.mean == pytest.approx(0.3) and control.describe()["seed"] == 3
+    g = 8
+
+    def batch(recorder, step, right: bool):
+        ids = [p for p in rows["id"] for _ in range(g)]
+        completions = ["x" if right or i % 2 else "y" for i in range(len(ids))]  # all right, or half
+        return recorder.correct(None, completions, ["x"] * len(ids), ids, [1] * len(ids), _State(step))
+
+    right, half = train.Recorder(_Exact(), g, [], [], control), train.Recorder(_Exact(), g, [], [], control)
+    r_right = [batch(right, s, True) for s in range(200)]
+    r_half = [batch(half, s, False) for s in range(200)]
+    assert r_right == r_half  # the completions' correctness changes nothing
+    rewards = np.concatenate(r_right)
+    se = np.sqrt(0.3 * 0.7 / len(rewards))
+    assert abs(rewards.mean() - 0.3) < 4 * se and set(np.unique(rewards)) == {0.0, 1.0}
+    scores = np.concatenate([grp["scores"] for grp in half.groups])
+    assert scores.mean() == 0.5 and all(np.all(np.array(grp["scores"]) == 1.0) for grp in right.groups)
+    assert [grp["rewards"] for grp in half.groups] == [list(r) for r in np.reshape(rewards, (-1, g))]
+    # same seed: same draws; another seed: other draws
+    again = train.Recorder(_Exact(), g, [], [], train.ControlReward(0.3, 3))
+    other = train.Recorder(_Exact(), g, [], [], train.ControlReward(0.3, 4))
+    assert batch(again, 7, True) == r_right[7] and batch(other, 7, True) != r_right[7]
+    # without a control the reward is the verifier's score
+    plain = train.Recorder(_Exact(), g, [], [])
+    assert batch(plain, 0, False) == [float(i % 2) for i in range(4 * g)]

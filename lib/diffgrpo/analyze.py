@@ -16,6 +16,26 @@ Choices where the papers are vague:
   Tables 1-3 report gives 0.641 over all 28, 0.670 over the 24 of Tables 1+2, and 0.659 over
   the 16 GSM8K points (Qwen3-4B, Qwen3-14B, Phi-4 and Llama): the figure was most likely
   drawn from those. :func:`paper_regressions` recomputes all of these from the data file.
+
+Uncertainty (issue 11; the papers report single runs):
+
+- every arm's gain has a 95% percentile interval from a two-way bootstrap over the per-prompt
+  scores of ``eval/<run>/samples.parquet`` (final checkpoint vs the base model): each resample
+  draws the test prompts and the arm's seeds with replacement, independently (prompts and seeds
+  are crossed: every seed is scored on the same prompts). With one seed the interval covers
+  test-prompt noise only, and the report says so;
+- every pair of arms gets a paired contrast: the same resampled prompts and seeds for both arms
+  (over the seeds both ran), its interval, a two-sided bootstrap p-value (the share of
+  resamples on either side of 0, doubled, with the +1 correction) and the Holm-adjusted
+  p-value over all the pairs;
+- ``analyze.bootstrap`` resamples, drawn from ``analyze.seed``; both are in ``summary.json``;
+- Figure 3's R^2 gets a percentile interval from resampling the (arm, seed) runs;
+- the verdict names the best arm only when its lead over the runner-up has an interval that
+  excludes 0; otherwise it says the arms are not distinguishable at this size;
+- predicted learnable % = 100 * mean of 1 - p^G - (1-p)^G over an arm's selected prompts (the
+  probe's p_hat; per seed for random), against the observed learnable %, over the first
+  ``FIRST_STEPS_FRAC`` of the steps and over the whole run. For the control arm (random
+  reward) the observed learnable % is that of the verifier's scores (``groups.scores``).
 """
 
 from __future__ import annotations
@@ -30,7 +50,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from scipy import stats
 
-from . import layout
+from . import layout, select
 from .artifacts import ArtifactError, read_json, read_parquet, save_figure, write_csv, write_json, write_text
 from .params import Config
 
@@ -42,6 +62,7 @@ METRIC_NAMES = {"greedy_acc": "greedy accuracy", "pass@1": "pass@1"}
 LONG_COLUMNS = ["source", "dataset", "model", "metric", "strategy", "value", "sd", "n"]
 REPORTED_COLUMNS = ["paper", "table", "dataset", "model", "strategy", "metric", "value", "unit", "source", "note"]
 DIGITS = 4  # rounding of everything written, so notebook outputs compare exactly
+FIRST_STEPS_FRAC = 0.1  # "first steps" of the learnability figure: the first 10% of a run's steps (at least 1)
 
 
 def strategy_order(names: Iterable[str]) -> list[str]:
@@ -174,7 +195,18 @@ def learnable_pct(groups: pd.DataFrame) -> float:
     """
     if groups.empty:
         raise ValueError("no (step, prompt) groups: learnable % is undefined")
-    return 100.0 * float(groups["rewards"].map(lambda r: np.ptp(np.asarray(r, float)) > 0).mean())
+    return 100.0 * float(groups[_score_column(groups)].map(lambda r: np.ptp(np.asarray(r, float)) > 0).mean())
+
+
+def _score_column(groups: pd.DataFrame) -> str:
+    """The verifier's scores (``scores``, which the control arm keeps beside its random
+    rewards), or ``rewards`` in runs recorded before that column existed."""
+    return "scores" if "scores" in groups else "rewards"
+
+
+def first_steps(groups: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """The groups of the first ``FIRST_STEPS_FRAC`` of a run's ``steps`` (at least step 1)."""
+    return groups[groups["step"] <= max(1, int(np.ceil(FIRST_STEPS_FRAC * steps)))]
 
 
 def base_accuracy(evals: pd.DataFrame, metric: str) -> float:
@@ -224,7 +256,9 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
         rows.append({
             "model": _name(m["model"]), "dataset": _name(m["task"]), "strategy": m["strategy"], "seed": int(m["seed"]),
             "base_acc": base, "final_acc": acc, "gain_pp": 100.0 * (acc - base),
-            "learnable_pct": learnable_pct(groups), "steps": int(m["steps_done"]),
+            "learnable_pct": learnable_pct(groups),
+            "learnable_first_pct": learnable_pct(first_steps(groups, int(m["steps_done"]))),
+            "steps": int(m["steps_done"]),
         })
     return _sorted(pd.DataFrame(rows), "seed")
 
@@ -234,8 +268,38 @@ def selection_p_hat(study_dir: Path) -> pd.DataFrame:
     files = sorted((study_dir / "select").glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"no select/<strategy>.parquet under {study_dir}: run the select stage first")
-    frames = [read_parquet(f, "02_select", columns=["id", "p_hat"]).assign(strategy=f.stem) for f in files]
+    frames = [read_parquet(f, "02_select").pipe(_selection_rows, f.stem) for f in files]
     return _sorted(pd.concat(frames, ignore_index=True), "id")
+
+
+def _selection_rows(sel: pd.DataFrame, stem: str) -> pd.DataFrame:
+    """id, p_hat, strategy and train_seed (None: shared by every seed) of one selection file."""
+    strategy = sel["strategy"].iloc[0] if "strategy" in sel and len(sel) else stem
+    seed = sel["train_seed"] if "train_seed" in sel else None
+    return sel[["id", "p_hat"]].assign(strategy=strategy, train_seed=seed)
+
+
+def study_selections(cfg: Config) -> pd.DataFrame:
+    """p_hat of every prompt the study's planned runs train on: one block per strategy, or per
+    (strategy, seed) for a per-seed policy (``select.PER_SEED``)."""
+    frames = []
+    for strategy in dict.fromkeys(s for s, _ in layout.planned_runs(cfg)):
+        for seed in cfg.train.seeds if select.per_seed(strategy) else [None]:
+            path = layout.selection_file(cfg, strategy, seed)
+            frames.append(read_parquet(path, "02_select").pipe(_selection_rows, path.stem))
+    return _sorted(pd.concat(frames, ignore_index=True), "id")
+
+
+def predicted_learnable(selections: pd.DataFrame, runs: pd.DataFrame, group_size: int) -> pd.Series:
+    """Each run's predicted learnable % at step 0: 100 * mean of 1 - p^G - (1-p)^G over the
+    prompts of its selection (its own seed's for a per-seed policy)."""
+    out = []
+    for strategy, seed in zip(runs["strategy"], runs["seed"]):
+        sel = selections[selections["strategy"] == strategy]
+        if sel["train_seed"].notna().any():
+            sel = sel[sel["train_seed"] == seed]
+        out.append(100.0 * select.predicted_learnable(sel["p_hat"].to_numpy(float), group_size) if len(sel) else np.nan)
+    return pd.Series(out, index=runs.index, dtype=float)
 
 
 # ------------------------------------------------------------------------------------
@@ -318,10 +382,12 @@ def tier_accuracy(tiers: pd.DataFrame, evals: pd.DataFrame, metric: str) -> pd.D
 def beside(ours: pd.DataFrame, rep: pd.DataFrame, metrics: Iterable[str]) -> pd.DataFrame:
     """Our rows (source "ours") above the papers' rows for the same metrics."""
     metrics = list(metrics)
+    columns = LONG_COLUMNS + [c for c in ("ci_low", "ci_high") if c in ours]  # intervals: ours only
     theirs = rep[rep["metric"].isin(metrics)].assign(source=lambda d: d["paper"] + " " + d["table"], sd=np.nan, n=np.nan)
-    frames = [df[LONG_COLUMNS] for df in (ours.assign(source="ours"), theirs) if not df.empty]
+    theirs = theirs.assign(**{c: np.nan for c in columns[len(LONG_COLUMNS):]})
+    frames = [df[columns] for df in (ours.assign(source="ours"), theirs) if not df.empty]
     if not frames:
-        return pd.DataFrame(columns=LONG_COLUMNS)
+        return pd.DataFrame(columns=columns)
     return pd.concat(frames, ignore_index=True).round(DIGITS)
 
 
@@ -403,6 +469,214 @@ def verdict(runs: pd.DataFrame, metric: str, n_prompts: int | None = None) -> st
 
 
 # ------------------------------------------------------------------------------------
+# Intervals: a two-way bootstrap over test prompts and seeds (issue 11)
+# ------------------------------------------------------------------------------------
+
+
+def prompt_scores(study_dir: Path, rid: str, metric: str) -> pd.DataFrame:
+    """Per-prompt score of one evaluation at every evaluated step (columns: step x prompt_id):
+    greedy correctness for ``greedy_acc``, the mean over sampled completions for ``pass@1``."""
+    mode = {"greedy_acc": "greedy", "pass@1": "sampled"}.get(metric)
+    if mode is None:
+        raise ValueError(f"analyze.metric {metric!r}: intervals need per-sample scores (greedy_acc or pass@1)")
+    samples = read_parquet(study_dir / "eval" / rid / "samples.parquet", "04_evaluate",
+                           columns=["step", "mode", "prompt_id", "correct"])
+    samples = samples[samples["mode"] == mode]
+    if samples.empty:
+        raise ValueError(f"{study_dir / 'eval' / rid / 'samples.parquet'} has no {mode} samples for {metric}")
+    return samples.astype({"correct": float}).pivot_table(index="prompt_id", columns="step", values="correct",
+                                                          aggfunc="mean")
+
+
+class Scores:
+    """Every run's per-prompt scores, aligned on the base model's test prompts."""
+
+    def __init__(self, study_dir: Path, runs: pd.DataFrame, metric: str):
+        base = prompt_scores(study_dir, layout.BASE_RUN, metric)
+        self.prompts = base.index
+        self.base = base[0].to_numpy(float)
+        self.runs: dict[tuple[str, int], pd.DataFrame] = {}
+        for strategy, seed in zip(runs["strategy"], runs["seed"]):
+            rid = layout.run_id(strategy, seed)
+            scores = prompt_scores(study_dir, rid, metric)
+            if set(scores.index) != set(self.prompts) or scores.isna().any().any():
+                raise ValueError(f"eval/{rid}/samples.parquet does not score the base model's {len(self.prompts)} "
+                                 "test prompts at every step: rerun the evaluate stage (04_evaluate)")
+            self.runs[strategy, int(seed)] = scores.reindex(self.prompts)
+
+    @classmethod
+    def of(cls, base: np.ndarray, final: dict[tuple[str, int], np.ndarray], step: int = 1) -> "Scores":
+        """Scores from arrays (base: per prompt; final: per (strategy, seed), per prompt at ``step``)."""
+        self = cls.__new__(cls)
+        self.prompts = pd.Index([f"t{i}" for i in range(len(base))], name="prompt_id")
+        self.base = np.asarray(base, float)
+        self.runs = {k: pd.DataFrame({step: np.asarray(v, float)}, index=self.prompts) for k, v in final.items()}
+        return self
+
+    def seeds(self, strategy: str) -> list[int]:
+        return sorted(seed for s, seed in self.runs if s == strategy)
+
+    def steps(self, strategy: str) -> list[int]:
+        """Trained steps evaluated in every seed of the arm."""
+        sets = [set(self.runs[strategy, seed].columns) - {0} for seed in self.seeds(strategy)]
+        return sorted(set.intersection(*sets))
+
+    def at(self, strategy: str, step: int | None = None, seeds: list[int] | None = None) -> np.ndarray:
+        """prompts x seeds scores of one arm at ``step`` (None: each run's final checkpoint)."""
+        cols = []
+        for seed in seeds or self.seeds(strategy):
+            df = self.runs[strategy, seed]
+            cols.append(df[max(c for c in df.columns if c > 0) if step is None else step].to_numpy(float))
+        return np.column_stack(cols)
+
+
+class Bootstrap:
+    """Two-way bootstrap weights: each resample draws the ``n_prompts`` test prompts and the S
+    seeds with replacement, independently. The prompt draws are shared by every arm and
+    contrast; the seed draws by every matrix with the same number of seeds (a contrast's two
+    arms are one matrix, their difference, so both see the same draws)."""
+
+    def __init__(self, n_prompts: int, n_boot: int, seed: int):
+        self.n_prompts, self.n_boot, self.seed = n_prompts, n_boot, seed
+        rng = np.random.default_rng([seed, 0])
+        self.prompt_w = rng.multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot) / n_prompts
+
+    def seed_w(self, n_seeds: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, 1, n_seeds])
+        return rng.multinomial(n_seeds, np.full(n_seeds, 1 / n_seeds), size=self.n_boot) / n_seeds
+
+    def means(self, x: np.ndarray) -> np.ndarray:
+        """The resampled means of a prompts x seeds matrix (one value per resample)."""
+        x = np.asarray(x, float).reshape(self.n_prompts, -1)
+        return ((self.prompt_w @ x) * self.seed_w(x.shape[1])).sum(axis=1)
+
+
+def interval(boot: np.ndarray, level: float = 0.95) -> list[float]:
+    """Percentile interval of the resampled values."""
+    tail = 100 * (1 - level) / 2
+    return [float(v) for v in np.percentile(boot, [tail, 100 - tail])]
+
+
+def boot_p(boot: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of "the mean is 0": twice the smaller share of resamples on
+    either side of 0 (ties count on both sides), with the +1 of a resampling test, capped at 1."""
+    n = len(boot)
+    tail = min(int((boot <= 0).sum()), int((boot >= 0).sum()))
+    return float(min(1.0, 2 * (tail + 1) / (n + 1)))
+
+
+def holm(p: Iterable[float]) -> np.ndarray:
+    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i + 1), made
+    monotone, capped at 1; controls the family-wise error rate over the m contrasts."""
+    p = np.asarray(list(p), float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+def arm_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
+    """Per arm: mean gain over seeds (points, final checkpoint vs base) and its 95% interval."""
+    rows = []
+    for strategy in strategy_order(s for s, _ in scores.runs):
+        gain = 100.0 * (scores.at(strategy) - scores.base[:, None])
+        lo, hi = interval(boot.means(gain))
+        rows.append({"strategy": strategy, "gain_pp": float(gain.mean()), "ci_low": lo, "ci_high": hi,
+                     "n_seeds": gain.shape[1]})
+    return pd.DataFrame(rows)
+
+
+def contrasts(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
+    """Every pair of arms, paired on the same test prompts and the seeds both ran: difference of
+    gains in points (a - b), its interval, bootstrap p-value, and Holm's over all pairs."""
+    arms = strategy_order(s for s, _ in scores.runs)
+    rows = []
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
+            if not common:
+                continue
+            diff = 100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))
+            draws = boot.means(diff)
+            lo, hi = interval(draws)
+            rows.append({"a": a, "b": b, "diff_pp": float(diff.mean()), "ci_low": lo, "ci_high": hi,
+                         "p": boot_p(draws), "n_seeds": len(common)})
+    out = pd.DataFrame(rows, columns=["a", "b", "diff_pp", "ci_low", "ci_high", "p", "n_seeds"])
+    out["p_holm"] = holm(out["p"]) if len(out) else []
+    out["excludes_zero"] = (out["ci_low"] > 0) | (out["ci_high"] < 0)
+    out["significant_holm"] = out["p_holm"] < 0.05
+    return out
+
+
+def curve_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
+    """Figure 2's bands: per arm and checkpoint, the 95% interval of the mean accuracy over
+    seeds (step 0: the base model's, over prompts only)."""
+    base = interval(boot.means(scores.base))
+    rows = []
+    for strategy in strategy_order(s for s, _ in scores.runs):
+        rows.append({"strategy": strategy, "step": 0, "ci_low": base[0], "ci_high": base[1]})
+        for step in scores.steps(strategy):
+            lo, hi = interval(boot.means(scores.at(strategy, step)))
+            rows.append({"strategy": strategy, "step": step, "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows)
+
+
+def r2_interval(x: Iterable[float], y: Iterable[float], n_boot: int, seed: int) -> list[float] | None:
+    """Percentile interval of R^2 over resamples of the (arm, seed) runs; None with fewer than
+    3 runs or no spread (resamples without spread in x or y are dropped)."""
+    x, y = np.asarray(list(x), float), np.asarray(list(y), float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    idx = np.random.default_rng([seed, 2]).integers(0, len(x), size=(n_boot, len(x)))
+    xs, ys = x[idx], y[idx]
+    ok = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    xc = xs[ok] - xs[ok].mean(axis=1, keepdims=True)
+    yc = ys[ok] - ys[ok].mean(axis=1, keepdims=True)
+    r2 = (xc * yc).sum(1) ** 2 / ((xc**2).sum(1) * (yc**2).sum(1))
+    return [_round(v) for v in interval(r2)]
+
+
+def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str, base_acc: float,
+                           n_prompts: int) -> tuple[str, str | None]:
+    """One honest line, and the best arm: named only when its lead over the runner-up has an
+    interval that excludes 0; otherwise the arms are not distinguishable at this size."""
+    name = METRIC_NAMES.get(metric, metric)
+    ranked = arms.sort_values("gain_pp", ascending=False, kind="stable").reset_index(drop=True)
+    top = ranked.iloc[0]
+    ci = lambda r: f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"  # noqa: E731
+    seeds = int(arms["n_seeds"].max())
+    scope = (f"95% intervals over {n_prompts} test prompts and {seeds} seeds" if seeds > 1 else
+             f"95% intervals over {n_prompts} test prompts only (one seed: seed-to-seed spread is not in them)")
+    if top["ci_high"] < 0:
+        head = f"every arm lost {name} against the base model ({base_acc:.2f}); the best, {top['strategy']}, "
+    elif top["ci_low"] <= 0:
+        head = f"no arm's gain over the base model's {name} ({base_acc:.2f}) excludes 0; the best mean, {top['strategy']}, "
+    else:
+        head = f"{top['strategy']} beat the base model's {name} ({base_acc:.2f}): "
+    line = head + f"{top['gain_pp']:+.1f} points {ci(top)}"
+    if len(ranked) == 1:
+        return f"{line} ({scope})", str(top["strategy"])
+    second = ranked.iloc[1]
+    pair = pairs[((pairs["a"] == top["strategy"]) & (pairs["b"] == second["strategy"]))
+                 | ((pairs["b"] == top["strategy"]) & (pairs["a"] == second["strategy"]))].iloc[0]
+    sign = 1 if pair["a"] == top["strategy"] else -1
+    lead = {"diff": sign * pair["diff_pp"], "lo": min(sign * pair["ci_low"], sign * pair["ci_high"]),
+            "hi": max(sign * pair["ci_low"], sign * pair["ci_high"])}
+    lead_text = f"{lead['diff']:+.1f} [{lead['lo']:+.1f}, {lead['hi']:+.1f}] points over {second['strategy']}"
+    n_sig = int(pairs["significant_holm"].sum())
+    sig = f"; {n_sig} of {len(pairs)} contrasts differ from 0 after Holm's correction"
+    if lead["lo"] > 0:
+        best = str(top["strategy"])
+        line += f"; {best} is the best arm: its lead of {lead_text} excludes 0"
+    else:
+        best = None
+        line += f"; the arms are not distinguishable at this size: the lead of {lead_text} includes 0"
+    return f"{line}{sig} ({scope})", best
+
+
+# ------------------------------------------------------------------------------------
 # Figures (matplotlib Figure objects, no pyplot state: safe in tests and notebooks)
 # ------------------------------------------------------------------------------------
 
@@ -414,26 +688,32 @@ def _colors(strategies: Iterable[str]) -> dict[str, str]:
 
 
 def plot_accuracy_curves(curves: pd.DataFrame, metric: str) -> Figure:
-    """Figure 2: accuracy by checkpoint, one line per strategy, band = sd over seeds."""
+    """Figure 2: accuracy by checkpoint, one line per strategy (mean over seeds); band = the 95%
+    bootstrap interval over test prompts and seeds when ``curves`` has ``ci_low``/``ci_high``,
+    else the sd over seeds."""
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     colors = _colors(curves["strategy"])
+    has_ci = {"ci_low", "ci_high"} <= set(curves.columns)
     for s, c in curves.groupby("strategy", sort=False):
         ax.plot(c["step"], c["value"], marker="o", color=colors[s], label=s)
-        ax.fill_between(c["step"], c["value"] - c["sd"].fillna(0), c["value"] + c["sd"].fillna(0),
-                        color=colors[s], alpha=0.15, linewidth=0)
+        lo, hi = ((c["ci_low"], c["ci_high"]) if has_ci else
+                  (c["value"] - c["sd"].fillna(0), c["value"] + c["sd"].fillna(0)))
+        ax.fill_between(c["step"], lo, hi, color=colors[s], alpha=0.15, linewidth=0)
     ax.axhline(curves.loc[curves["step"] == 0, "value"].iloc[0], color="grey", ls=":", label="base")
-    ax.set(xlabel="training step", ylabel=METRIC_NAMES.get(metric, metric), title="Accuracy by checkpoint")
+    band = "95% interval (prompts x seeds)" if has_ci else "sd over seeds"
+    ax.set(xlabel="training step", ylabel=METRIC_NAMES.get(metric, metric), title=f"Accuracy by checkpoint; band: {band}")
     ax.legend()
     return fig
 
 
 def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str | None = None,
-                           stated_r2: float | None = None) -> Figure:
+                           stated_r2: float | None = None, r2_ci95: list[float] | None = None) -> Figure:
     """Figure 3: learnable % vs gain with the least-squares line; ours, and the paper's reported
     points refit (its title also gives the R^2 the paper states, which the refit need not match)."""
     stated = "" if stated_r2 is None else f" (paper states {stated_r2:g})"
-    panels = [("ours", runs, "")] + ([(f"paper {paper}, refit", points, stated)] if len(points) else [])
+    ours = "" if r2_ci95 is None else f" [{r2_ci95[0]:.2f}, {r2_ci95[1]:.2f}]"
+    panels = [("ours", runs, ours)] + ([(f"paper {paper}, refit", points, stated)] if len(points) else [])
     fig = Figure(figsize=(5.5 * len(panels), 4.5))
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     colors = _colors(pd.concat([runs["strategy"], points["strategy"]]))
@@ -450,6 +730,26 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
         r2 = "undefined" if fit["r2"] is None else f"{fit['r2']:.2f}"
         ax.set(xlabel="learnable %", ylabel="gain (points)", title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
         ax.legend(handles=handles, fontsize="x-small")
+    return fig
+
+
+def plot_learnability(arms: pd.DataFrame, group_size: int) -> Figure:
+    """Predicted learnable % at step 0 (from the probe's p_hat) against the observed one, over
+    the first steps and the whole run, per arm (mean over seeds); the diagonal is agreement."""
+    fig = Figure(figsize=(5.5, 4.5))
+    ax = fig.subplots()
+    colors = _colors(arms["strategy"])
+    for col, marker in (("learnable_first_pct", "o"), ("learnable_pct", "s")):
+        ax.scatter(arms["predicted_learnable_pct"], arms[col], c=[colors[s] for s in arms["strategy"]], marker=marker)
+    values = arms[["predicted_learnable_pct", "learnable_first_pct", "learnable_pct"]].to_numpy(float)
+    top = max(5.0, float(np.nanmax(values)) * 1.1) if np.isfinite(values).any() else 100.0
+    ax.plot([0, top], [0, top], color="grey", ls=":", lw=1)
+    handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arms["strategy"]]
+    handles += [Line2D([], [], ls="", marker="o", mfc="none", color="k", label=f"first {FIRST_STEPS_FRAC:.0%} of steps"),
+                Line2D([], [], ls="", marker="s", mfc="none", color="k", label="whole run")]
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel=f"predicted learnable % (mean of 1 - p^{group_size} - (1-p)^{group_size})",
+           ylabel="observed learnable %", title="Learnability: predicted from the probe vs observed")
+    ax.legend(handles=handles, fontsize="x-small")
     return fig
 
 
@@ -504,10 +804,13 @@ def markdown(df: pd.DataFrame) -> str:
 
 def wide_markdown(long: pd.DataFrame) -> str:
     """A long table in the paper's layout: a row per source x dataset x model x metric, a column
-    per strategy, cells "mean ± sd" where seeds vary."""
+    per strategy, cells "mean [95% interval]" where the table has intervals, else "mean ± sd"
+    where seeds vary."""
     if long.empty:
         return "(no rows)\n"
-    cells = [f"{v:.2f}" + ("" if np.isnan(sd) else f" ± {sd:.2f}") for v, sd in zip(long["value"], long["sd"].astype(float))]
+    lo, hi = (long[c].astype(float) if c in long else pd.Series(np.nan, index=long.index) for c in ("ci_low", "ci_high"))
+    cells = [f"{v:.2f}" + (f" [{a:.2f}, {b:.2f}]" if np.isfinite(a) else "" if np.isnan(sd) else f" ± {sd:.2f}")
+             for v, sd, a, b in zip(long["value"], long["sd"].astype(float), lo, hi)]
     wide = long.assign(cell=cells).pivot_table(
         index=["source", "dataset", "model", "metric"], columns="strategy", values="cell", aggfunc="first", sort=False)
     return markdown(wide[strategy_order(long["strategy"])].reset_index().fillna(""))
@@ -522,6 +825,12 @@ def report(cfg: Config) -> dict:
     """Read the study's files, write every table, figure and ``summary.json`` to
     ``layout.report_dir(cfg)``, and return the summary.
 
+    ``summary.json``: ``runs`` (one row per (arm, seed)), ``arms`` (per arm: mean gain over
+    seeds, its ``ci95``, learnable % observed and predicted, ``n_seeds``), ``contrasts`` (per
+    pair: ``diff_pp``, ``ci95``, ``p``, ``p_holm``), ``bootstrap`` (resamples, seed, what was
+    resampled), ``regression`` (with ``r2_ci95``), ``paper_regression``, ``best`` (None unless its
+    lead excludes 0), ``verdict``, ``metric``, ``skipped``.
+
     Beside-rows come from ``analyze.paper`` (none when null); ``paper_tables.md`` lists every
     number all four papers report, as the reference sheet.
     """
@@ -533,8 +842,18 @@ def report(cfg: Config) -> dict:
     evals, tiers = read_evals(root, ids), read_evals(root, ids, "tiers.parquet")
     rep = reported([paper] if paper else [])
     points = paper_points(rep)
-    curves = accuracy_curves(evals, metric)
     label = runs[["dataset", "model"]].iloc[0].to_dict()  # one model and dataset per study
+
+    selections = study_selections(cfg)
+    runs["predicted_learnable_pct"] = predicted_learnable(selections, runs, cfg.train.group_size)
+    scores = Scores(root, runs, metric)
+    boot = Bootstrap(len(scores.prompts), cfg.analyze.bootstrap, cfg.analyze.seed)
+    learn = runs.groupby("strategy")[["learnable_pct", "learnable_first_pct", "predicted_learnable_pct"]].mean()
+    arms = arm_intervals(scores, boot).merge(learn, left_on="strategy", right_index=True)
+    pairs = contrasts(scores, boot)
+    curves = accuracy_curves(evals, metric).merge(curve_intervals(scores, boot), on=["strategy", "step"], how="left")
+    n_prompts = len(scores.prompts)
+    over = "test prompts x seeds" if arms["n_seeds"].max() > 1 else "test prompts only (one seed per arm)"
 
     def write_long(name: str, title: str, long: pd.DataFrame) -> None:
         write_csv(out / f"{name}.csv", long)
@@ -542,8 +861,18 @@ def report(cfg: Config) -> dict:
 
     write_csv(out / "runs.csv", runs.round(DIGITS))
     write_text(out / "runs.md", f"# Runs ({metric}; gain in points)\n\n{markdown(runs.round(DIGITS))}")
-    write_long("table1_gain", f"Table 1: accuracy change from the base model (points, {metric}, final checkpoint)",
-               beside(summarize(runs, "gain_pp"), rep, ["gain_pp"]))
+    gains = summarize(runs, "gain_pp").merge(arms[["strategy", "ci_low", "ci_high"]], on="strategy", how="left")
+    write_long("table1_gain", f"Table 1: accuracy change from the base model (points, {metric}, final checkpoint; "
+               f"ours: mean over seeds [95% bootstrap interval over {over}])",
+               beside(gains, rep, ["gain_pp"]))
+    write_csv(out / "arms.csv", arms.round(DIGITS))
+    write_text(out / "arms.md", f"# Arms: gain (points, {metric}) with its 95% interval over {over}; learnable % "
+               f"observed (first {FIRST_STEPS_FRAC:.0%} of steps, whole run) and predicted from the probe\n\n"
+               + markdown(arms.round(DIGITS)))
+    write_csv(out / "contrasts.csv", pairs.round(DIGITS))
+    write_text(out / "contrasts.md", f"# Contrasts: gain of a minus gain of b (points), paired on the same test prompts "
+               f"and seeds; 95% interval over {over}; p two-sided from {cfg.analyze.bootstrap} bootstrap resamples, "
+               "p_holm adjusted over all pairs (Holm)\n\n" + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
     write_long("table2_learnable", "Table 2: learnable % ((step, prompt) groups with nonzero reward std)",
                beside(summarize(runs, "learnable_pct"), rep, ["learnable_pct"]))
     pass_k = pass_k_long(evals, runs)
@@ -563,6 +892,8 @@ def report(cfg: Config) -> dict:
                + markdown(tier_wide[strategy_order(tier_wide.columns)].reset_index()))
 
     regression = fit_line(runs["learnable_pct"], runs["gain_pp"])
+    regression["r2_ci95"] = (r2_interval(runs["learnable_pct"], runs["gain_pp"], cfg.analyze.bootstrap, cfg.analyze.seed)
+                             if regression["r2"] is not None else None)
     regs, paper_fit = paper_regressions(points), paper_regression(points, rep)
     write_csv(out / "paper_regression.csv", regs)
     write_text(out / "paper_regression.md", "# Figure 3 refit from the paper's reported points\n\n"
@@ -570,18 +901,33 @@ def report(cfg: Config) -> dict:
     write_text(out / "paper_tables.md", _paper_tables(reported()))
 
     save_figure(plot_accuracy_curves(curves, metric), out / "fig2_accuracy_by_checkpoint.png")
-    save_figure(plot_learnable_vs_gain(runs, points, paper, stated_r2(rep)), out / "fig3_learnable_vs_gain.png")
-    save_figure(plot_p_hat(selection_p_hat(root)), out / "fig_p_hat.png")
+    save_figure(plot_learnable_vs_gain(runs, points, paper, stated_r2(rep), regression["r2_ci95"]),
+                out / "fig3_learnable_vs_gain.png")
+    save_figure(plot_learnability(arms, cfg.train.group_size), out / "fig_learnability.png")
+    save_figure(plot_p_hat(selections), out / "fig_p_hat.png")
     save_figure(plot_tiers(per_tier, metric), out / "fig_tiers.png")
 
+    line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts)
     summary = {
         "metric": metric,
         "runs": runs.round(DIGITS).to_dict("records"),
         "skipped": skipped,
-        "best": best_strategy(runs),
-        "verdict": verdict(runs, metric, int(evals.loc[evals["run_id"] == layout.BASE_RUN, "n_prompts"].iloc[0])),
+        "best": best,
+        "verdict": line,
         "regression": regression,
         "paper_regression": paper_fit,
+        "arms": {r["strategy"]: {
+            "gain_pp": _round(r["gain_pp"]), "ci95": [_round(r["ci_low"]), _round(r["ci_high"])],
+            "learnable_pct": _round(r["learnable_pct"]), "learnable_first_pct": _round(r["learnable_first_pct"]),
+            "predicted_learnable_pct": _round(r["predicted_learnable_pct"]), "n_seeds": int(r["n_seeds"]),
+        } for r in arms.to_dict("records")},
+        "contrasts": [{
+            "a": r["a"], "b": r["b"], "diff_pp": _round(r["diff_pp"]), "ci95": [_round(r["ci_low"]), _round(r["ci_high"])],
+            "p": _round(r["p"]), "p_holm": _round(r["p_holm"]), "n_seeds": int(r["n_seeds"]),
+            "excludes_zero": bool(r["excludes_zero"]), "significant_holm": bool(r["significant_holm"]),
+        } for r in pairs.to_dict("records")],
+        "bootstrap": {"resamples": cfg.analyze.bootstrap, "seed": cfg.analyze.seed, "level": 0.95,
+                      "over": over, "n_prompts": n_prompts, "interval": "percentile"},
     }
     write_json(out / "summary.json", summary)
     return summary

@@ -2,7 +2,8 @@
 
     outputs/<study>/
       probe/<model>/<key>/      samples.parquet, prompts.parquet, one_sample.parquet, manifest.json
-      select/<strategy>.parquet selections (prompt ids, p_hat, policy, seed) + summary.csv
+      select/<strategy>.parquet selections (prompt ids, p_hat, policy, seed) + summary.csv;
+                                a per-seed policy (random) has select/<strategy>-seed<seed>.parquet
       runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
                                 checkpoints/checkpoint-<step>/ (LoRA adapters)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
@@ -117,8 +118,10 @@ def select_dir(cfg: Config) -> Path:
     return study_dir(cfg) / "select"
 
 
-def selection_file(cfg: Config, strategy: str) -> Path:
-    return select_dir(cfg) / f"{strategy}.parquet"
+def selection_file(cfg: Config, strategy: str, seed: int | None = None) -> Path:
+    """``select/<strategy>.parquet``; with ``seed``, the selection of one training seed,
+    ``select/<strategy>-seed<seed>.parquet`` (which policies draw one per seed: ``select.PER_SEED``)."""
+    return select_dir(cfg) / f"{strategy if seed is None else run_id(strategy, seed)}.parquet"
 
 
 def run_id(strategy: str, seed: int) -> str:

@@ -175,6 +175,8 @@ class EvaluateConfig:
 class AnalyzeConfig:
     metric: Literal["greedy_acc", "pass@1"] = _f("greedy_acc", doc="the accuracy tables report")
     paper: str | None = _f("003", doc="reported numbers to show beside ours (null: none)")
+    bootstrap: int = _f(2000, lo=100, doc="resamples of the intervals (test prompts x seeds, and runs for R^2)")
+    seed: int = _f(0, lo=0, doc="seed of the bootstrap's resampling")
 
 
 @dataclass(frozen=True)

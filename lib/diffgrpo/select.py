@@ -4,7 +4,12 @@ Policies (paper 003 section 2.3, blog 001, paper 000):
 
 - ``hard`` / ``easy``: the ``n`` lowest / highest p_hat;
 - ``middle``: the ``n`` nearest the median p_hat, all inside the interquartile range;
-- ``random``: ``n`` uniformly, without replacement;
+- ``random``: ``n`` uniformly, without replacement, drawn anew for every training seed (the
+  spread of a random policy belongs in its interval): ``select/random-seed<s>.parquet``;
+- ``random_reward``: the control arm. Its selection is ``random``'s of the same seed (same
+  prompts); training replaces the verifier's reward by a seeded Bernoulli draw whose mean is
+  the probe's mean p_hat over those prompts (:mod:`diffgrpo.train`), so any gain it shows is
+  the optimiser's, not the reward's;
 - ``base_wrong`` / ``base_right``: every prompt the one-sample probe got wrong / right (001);
   ``base_wrong_matched`` / ``base_right_matched``: both cut to the smaller one's size, so the
   comparison is at equal size;
@@ -13,9 +18,12 @@ Policies (paper 003 section 2.3, blog 001, paper 000):
   tiers only); with tiers from p_hat bins when the task has none.
 
 ``n = floor(budget_frac * |pool|)`` or ``budget_count``; the budget applies to hard, easy,
-middle and random (the others are defined by a set, not a size). Ties in p_hat are common
-(many prompts sit at 0 or 1): they are broken by a shuffle seeded with ``select.seed``, which
-every selection file records.
+middle, random and random_reward (the others are defined by a set, not a size). Ties in p_hat
+are common (many prompts sit at 0 or 1): they are broken by a shuffle seeded with
+``select.seed``, which every selection file records. Deterministic policies (all but
+``PER_SEED``) make one file that every training seed shares; a per-seed policy makes one file
+per entry of ``train.seeds``, its stream seeded by (``select.seed``, policy, training seed) and
+its training seed recorded in a ``train_seed`` column.
 """
 
 from __future__ import annotations
@@ -29,10 +37,14 @@ import pandas as pd
 from . import artifacts, layout
 from .params import Config
 
-BUDGETED = ("hard", "easy", "middle", "random")
+BUDGETED = ("hard", "easy", "middle", "random", "random_reward")
 STRATEGIES = BUDGETED + (
     "base_wrong", "base_right", "base_wrong_matched", "base_right_matched", "all", "tiers",
 )
+#: policies that draw their own subset for every training seed
+PER_SEED = ("random", "random_reward")
+#: the control arm: random's prompts, a random reward of the same mean (see train.ControlReward)
+CONTROL = "random_reward"
 
 
 class SelectionError(ValueError):
@@ -52,9 +64,20 @@ def budget(pool_size: int, frac: float | None, count: int | None) -> int:
     return n
 
 
-def _rng(seed: int, strategy: str) -> np.random.Generator:
-    # one stream per strategy, so adding a strategy never changes another's selection
-    return np.random.default_rng([seed, zlib.crc32(strategy.encode())])
+def _rng(seed: int, strategy: str, train_seed: int | None = None) -> np.random.Generator:
+    # one stream per strategy, so adding a strategy never changes another's selection; the
+    # control arm shares random's stream (same prompts); per-seed policies add the training seed
+    stream = "random" if strategy == CONTROL else strategy
+    return np.random.default_rng([seed, zlib.crc32(stream.encode())] + ([] if train_seed is None else [train_seed]))
+
+
+def per_seed(strategy: str) -> bool:
+    return strategy in PER_SEED
+
+
+def selection_path(cfg: Config, strategy: str, seed: int):
+    """The selection training seed ``seed`` of ``strategy`` reads (its own for a per-seed policy)."""
+    return layout.selection_file(cfg, strategy, seed if per_seed(strategy) else None)
 
 
 def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
@@ -65,11 +88,15 @@ def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> 
 
 
 def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
-           max_tier: int | None = None, tier_bins: list[float] | None = None) -> pd.DataFrame:
-    """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``strategy``."""
+           max_tier: int | None = None, tier_bins: list[float] | None = None,
+           train_seed: int | None = None) -> pd.DataFrame:
+    """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``strategy``;
+    ``train_seed``: the training seed a per-seed policy draws for (required for those)."""
     if strategy not in STRATEGIES:
         raise SelectionError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
-    rng = _rng(seed, strategy)
+    if per_seed(strategy) and train_seed is None:
+        raise SelectionError(f"{strategy}: draws one subset per training seed; pass train_seed")
+    rng = _rng(seed, strategy, train_seed if per_seed(strategy) else None)
     p = prompts["p_hat"].to_numpy(dtype=float)
     bad = ~np.isfinite(p) | (p < 0) | (p > 1)
     if bad.any():
@@ -91,7 +118,7 @@ def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
             )
         dist = np.abs(inside["p_hat"].to_numpy(dtype=float) - med)
         chosen = _order(inside, dist, rng).iloc[:n]
-    elif strategy == "random":
+    elif strategy in ("random", CONTROL):
         chosen = prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
     elif strategy in ("base_wrong", "base_right", "base_wrong_matched", "base_right_matched"):
         if "base_correct" not in prompts:
@@ -113,6 +140,8 @@ def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
     out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct") if c in chosen]].copy()
     out["strategy"] = strategy
     out["seed"] = seed
+    if per_seed(strategy):
+        out["train_seed"] = train_seed
     out["rank"] = np.arange(len(out))
     return out.reset_index(drop=True)
 
@@ -154,20 +183,23 @@ def run_select(cfg: Config) -> pd.DataFrame:
     n = budget(len(prompts), cfg.select.budget_frac, cfg.select.budget_count)
     selections = {}
     for strategy in cfg.select.strategies:
-        sel = select(prompts, strategy, n, cfg.select.seed,
-                     max_tier=cfg.select.max_tier, tier_bins=cfg.select.tier_bins)
-        artifacts.write_parquet(layout.selection_file(cfg, strategy), sel)
-        selections[strategy] = sel
+        for seed in cfg.train.seeds if per_seed(strategy) else [None]:
+            sel = select(prompts, strategy, n, cfg.select.seed, max_tier=cfg.select.max_tier,
+                         tier_bins=cfg.select.tier_bins, train_seed=seed)
+            artifacts.write_parquet(layout.selection_file(cfg, strategy, seed), sel)
+            selections[strategy if seed is None else layout.run_id(strategy, seed)] = sel
     summary = summarize(selections, prompts, cfg.train.group_size)
     artifacts.write_csv(layout.select_dir(cfg) / "summary.csv", summary)
     return summary
 
 
 def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
+    """Every selection the study made, by strategy (``<strategy>-seed<s>`` for a per-seed policy)."""
     out = {}
     for strategy in cfg.select.strategies:
-        path = layout.selection_file(cfg, strategy)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no selection for strategy {strategy!r}; run the select stage")
-        out[strategy] = artifacts.read_parquet(path, "02_select")
+        for seed in cfg.train.seeds if per_seed(strategy) else [None]:
+            path = layout.selection_file(cfg, strategy, seed)
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: no selection for strategy {strategy!r}; run the select stage")
+            out[strategy if seed is None else layout.run_id(strategy, seed)] = artifacts.read_parquet(path, "02_select")
     return out

@@ -6,7 +6,8 @@ One optimizer step = ``prompts_per_step`` prompts x ``group_size`` completions, 
 from the current policy (TRL: ``per_device_train_batch_size`` counts completions, so it is
 prompts x G; ``gradient_accumulation_steps = steps_per_generation = 1``). With
 ``num_iterations`` = mu > 1 one generated batch feeds mu consecutive updates. The reward is the
-task's binary verifier. Files written in the run folder:
+task's binary verifier (the control arm ``random_reward``: a seeded Bernoulli reward of the same
+mean, :class:`ControlReward`). Files written in the run folder:
 
 - ``params.yaml``, ``trl_config.json`` (GRPOConfig.to_dict() after the trainer has read it,
   plus the LoRA config), ``manifest.json`` (model, task, selection, steps done, checkpoints,
@@ -14,7 +15,8 @@ task's binary verifier. Files written in the run folder:
 - ``steps.parquet``: TRL's logged metrics, one row per logged step (``step`` 1-based);
 - ``groups.parquet``: one row per generated group: ``step`` (the first update it feeds),
   ``prompt_id``, ``tier``, ``rewards`` (G floats), ``reward_mean``, ``reward_std`` (ddof 1,
-  as TRL), ``learnable`` (rewards not all equal). Learnable % = 100 * mean(learnable);
+  as TRL), ``learnable`` (rewards not all equal), ``scores`` (the verifier's G scores; equal
+  to ``rewards`` except in the control arm). Learnable % = 100 * mean(learnable);
 - ``checkpoints/checkpoint-<step>/``: the LoRA adapter every ``save_steps`` and at the end.
   Only the newest keeps its optimizer state, the one a resume needs.
 
@@ -47,6 +49,7 @@ import math
 import shutil
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +67,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from . import artifacts, data, devices, layout, parallel, params
+from . import artifacts, data, devices, layout, parallel, params, select
 from .generation import encode_prompt
 from .models import quiet_renamed_arguments
 from .params import Config
@@ -75,12 +78,14 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 
 # ---- inputs -------------------------------------------------------------------------------
-def selected_rows(cfg: Config, strategy: str) -> pd.DataFrame:
-    """The selection's prompts (id, prompt, answer, tier), in the selection's order."""
-    path = layout.selection_file(cfg, strategy)
+def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
+    """The selection's prompts (id, prompt, answer, tier, p_hat), in the selection's order (a
+    per-seed policy's: the one drawn for training seed ``seed``)."""
+    path = select.selection_path(cfg, strategy, seed)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
-    ids = artifacts.read_parquet(path, "02_select", columns=["id"])["id"].astype(str)
+    selection = artifacts.read_parquet(path, "02_select", columns=["id", "p_hat"])
+    ids = selection["id"].astype(str)
     pool = data.load_pool(cfg).set_index("id")
     missing = [i for i in ids if i not in pool.index]
     if missing:
@@ -90,7 +95,7 @@ def selected_rows(cfg: Config, strategy: str) -> pd.DataFrame:
         )
     if len(ids) < cfg.train.prompts_per_step:
         raise ValueError(f"{path}: {len(ids)} prompts, fewer than train.prompts_per_step = {cfg.train.prompts_per_step}")
-    return pool.loc[list(ids), ["prompt", "answer", "tier"]].reset_index()
+    return pool.loc[list(ids), ["prompt", "answer", "tier"]].reset_index().assign(p_hat=selection["p_hat"].to_numpy())
 
 
 def check_prompt_lengths(rows: pd.DataFrame, tokenizer, limit: int | None, chat_template_kwargs: dict | None = None) -> None:
@@ -211,27 +216,60 @@ def completion_text(completion: Any) -> str:
     return content
 
 
+class ControlReward:
+    """The control arm's reward (strategy ``random_reward``): each completion gets 1.0 with
+    probability ``mean``, independently of what it says. Deterministic given the seed, and
+    resume-safe: a group's draws are a function of (seed, step, prompt id, position in the
+    batch) only, not of how many draws came before."""
+
+    def __init__(self, mean: float, seed: int):
+        if not 0.0 <= mean <= 1.0:
+            raise ValueError(f"control reward mean {mean} is outside [0, 1]")
+        self.mean, self.seed = float(mean), int(seed)
+
+    def draw(self, step: int, prompt_id: str, start: int, n: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, step, zlib.crc32(str(prompt_id).encode()), start])
+        return (rng.random(n) < self.mean).astype(float)
+
+    def describe(self) -> dict:
+        return {"kind": "bernoulli", "mean": round(self.mean, 6), "seed": self.seed,
+                "mean_from": "the probe's mean p_hat over the run's selection"}
+
+
+def control_reward(strategy: str, rows: pd.DataFrame, seed: int) -> ControlReward | None:
+    """The control arm's reward for this run, None for every other strategy. Its mean is the
+    probe's mean p_hat over the selected prompts: the expected verifier reward of the base
+    model on them, i.e. the real reward's mean at step 0."""
+    return ControlReward(float(rows["p_hat"].mean()), seed) if strategy == select.CONTROL else None
+
+
 class Recorder(TrainerCallback):
     """Scores completions (the reward function) and keeps the per-group and per-step rows."""
 
-    def __init__(self, task, group_size: int, steps: list[dict], groups: list[dict]):
-        self.task, self.group_size = task, group_size
+    def __init__(self, task, group_size: int, steps: list[dict], groups: list[dict],
+                 control: ControlReward | None = None):
+        self.task, self.group_size, self.control = task, group_size, control
         self.steps, self.groups = steps, groups
 
     def correct(self, prompts, completions, answer, id, tier, trainer_state, **_) -> list[float]:
-        """Reward: 1.0 when the completion's final answer is right. TRL calls this once per
-        generated batch, groups contiguous (RepeatSampler), so each group is recorded once."""
-        rewards = [self.task.score(completion_text(c), a) for c, a in zip(completions, answer)]
+        """Reward: 1.0 when the completion's final answer is right (the control arm: a seeded
+        Bernoulli draw instead; the verifier's score is recorded as ``scores`` either way). TRL
+        calls this once per generated batch, groups contiguous (RepeatSampler), so each group is
+        recorded once."""
+        scores = [self.task.score(completion_text(c), a) for c, a in zip(completions, answer)]
         step = trainer_state.global_step + 1  # the update this batch feeds (global_step is 0-based here)
         g = self.group_size
-        for start in range(0, len(rewards), g):
+        rewards = []
+        for start in range(0, len(scores), g):
             if len(set(id[start:start + g])) != 1:
                 raise RuntimeError(f"TRL passed a group of mixed prompts {id[start:start + g]}: grouping changed")
-            r = np.asarray(rewards[start:start + g], dtype=float)
+            s = np.asarray(scores[start:start + g], dtype=float)
+            r = s if self.control is None else self.control.draw(step, id[start], start, len(s))
+            rewards.extend(r.tolist())
             self.groups.append({
                 "step": step, "prompt_id": id[start], "tier": tier[start], "rewards": r.tolist(),
                 "reward_mean": float(r.mean()), "reward_std": float(r.std(ddof=1)),
-                "learnable": bool(r.max() > r.min()),
+                "learnable": bool(r.max() > r.min()), "scores": s.tolist(),
             })
         return rewards
 
@@ -242,7 +280,7 @@ class Recorder(TrainerCallback):
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         steps = pd.DataFrame(self.steps)
         groups = pd.DataFrame(self.groups, columns=["step", "prompt_id", "tier", "rewards", "reward_mean",
-                                                    "reward_std", "learnable"])
+                                                    "reward_std", "learnable", "scores"])
         return steps, groups
 
     def write(self, run_dir: Path) -> None:
@@ -325,7 +363,8 @@ def _previous_rows(run_dir: Path, upto: int) -> tuple[list[dict], list[dict]]:
         df = pd.read_parquet(path) if upto and path.exists() else pd.DataFrame(columns=["step"])
         df = df[df["step"] <= upto]
         if name == "groups.parquet" and len(df):
-            df = df.assign(rewards=df["rewards"].map(list))
+            df = df.assign(rewards=df["rewards"].map(list),
+                           scores=df["scores"].map(list) if "scores" in df else df["rewards"].map(list))
         out.append(df.to_dict("records"))
     return out[0], out[1]
 
@@ -380,8 +419,9 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
 
 def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
     ckpt_dir = run_dir / CHECKPOINTS
-    rows = selected_rows(cfg, strategy)
+    rows = selected_rows(cfg, strategy, seed)
     key = layout.run_key(cfg, list(rows["id"]))
+    control = control_reward(strategy, rows, seed)
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
@@ -414,7 +454,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     # every process records the groups it scored; the main process holds the earlier rows
     steps, groups = _previous_rows(run_dir, resumed_step) if is_main else ([], [])
     task = data.task_of(cfg)
-    recorder = Recorder(task, cfg.train.group_size, steps, groups)
+    recorder = Recorder(task, cfg.train.group_size, steps, groups, control)
 
     model, tokenizer = data.load_model(cfg)
     if tokenizer.chat_template is None:
@@ -447,7 +487,8 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "task": task.describe(),
         "strategy": strategy,
         "seed": seed,
-        "selection": artifacts.relative(layout.selection_file(cfg, strategy), study),
+        "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), study),
+        "reward": control.describe() if control else {"kind": "verifier"},
         "num_prompts": len(rows),
         "max_steps": cfg.train.max_steps,
         "num_processes": n_processes,
