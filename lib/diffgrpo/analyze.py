@@ -429,45 +429,6 @@ def mean_gains(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def best_strategy(runs: pd.DataFrame) -> str | None:
-    """The strategy with the largest mean gain; None when every strategy gained the same
-    (a tie at the top names nobody rather than the first in the table)."""
-    gains = mean_gains(runs)
-    top = gains["gain_pp"].max()
-    leaders = gains.loc[np.isclose(gains["gain_pp"], top), "strategy"]
-    return str(leaders.iloc[0]) if len(leaders) == 1 else None
-
-
-def noise_pp(base_acc: float, n_prompts: int) -> float:
-    """One binomial standard error of the base accuracy on ``n_prompts``, in points: the scale
-    below which a gain on this test set is indistinguishable from sampling noise."""
-    return 100.0 * float(np.sqrt(base_acc * (1 - base_acc) / n_prompts))
-
-
-def verdict(runs: pd.DataFrame, metric: str, n_prompts: int | None = None) -> str:
-    """One honest line: which strategy gained most and least, flagging when none beat the base
-    and, given the test set's size, when the best gain is within two standard errors."""
-    gains = mean_gains(runs).set_index("strategy")
-    base, name = runs["base_acc"].iloc[0], METRIC_NAMES.get(metric, metric)
-    best, worst = gains["gain_pp"].idxmax(), gains["gain_pp"].idxmin()
-    top = gains.loc[best]
-    if top["gain_pp"] <= 0:
-        line = (f"no strategy beat the base model's {name} ({base:.2f}); the best, {best}, "
-                f"changed it by {top['gain_pp']:+.1f} points")
-    else:
-        line = f"{best} gained {top['gain_pp']:+.1f} points {name} over the base ({base:.2f} -> {top['final_acc']:.2f})"
-    if len(gains) > 1:
-        line += f"; {worst} gained the least ({gains.loc[worst, 'gain_pp']:+.1f})"
-    if gains["seeds"].max() > 1:
-        line += f" (means over up to {gains['seeds'].max()} seeds)"
-    if n_prompts:
-        se = noise_pp(base, n_prompts)
-        within = "within" if abs(top["gain_pp"]) < 2 * se else "beyond"
-        line += (f". One standard error on {n_prompts} test prompts is {se:.1f} points; "
-                 f"the best gain is {within} two of them")
-    return line
-
-
 # ------------------------------------------------------------------------------------
 # Intervals: a two-way bootstrap over test prompts and seeds (issue 11)
 # ------------------------------------------------------------------------------------
@@ -652,7 +613,9 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
     if top["ci_high"] < 0:
         head = f"every arm lost {name} against the base model ({base_acc:.2f}); the best, {top['strategy']}, "
     elif top["ci_low"] <= 0:
-        head = f"no arm's gain over the base model's {name} ({base_acc:.2f}) excludes 0; the best mean, {top['strategy']}, "
+        tied = int(np.isclose(ranked["gain_pp"], top["gain_pp"]).sum())
+        best_mean = f"{tied} arms tie for the best mean at" if tied > 1 else f"the best mean, {top['strategy']},"
+        head = f"no arm's gain over the base model's {name} ({base_acc:.2f}) excludes 0; {best_mean} "
     else:
         head = f"{top['strategy']} beat the base model's {name} ({base_acc:.2f}): "
     line = head + f"{top['gain_pp']:+.1f} points {ci(top)}"
