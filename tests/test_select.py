@@ -1,5 +1,7 @@
 """Selection policies: exact sizes, the right extremes, seeded tie-breaking."""
 
+import zlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -89,6 +91,13 @@ def test_per_seed_random_differs_across_seeds_and_deterministic_policies_do_not(
         assert list(a["id"]) == list(b["id"]) and "train_seed" not in a
     with pytest.raises(SelectionError, match="train_seed"):
         select.select(pool, "random", 50, seed=0)
+
+
+def test_seed_0_random_is_what_a_one_seed_study_drew(pool):
+    """Adding seeds to a study never changes the runs it has: training seed 0's random subset
+    is the stream (select.seed, "random") alone, as before selections were per seed."""
+    old = np.random.default_rng([0, zlib.crc32(b"random")]).choice(len(pool), size=50, replace=False)
+    assert list(select.select(pool, "random", 50, seed=0, train_seed=0)["id"]) == list(pool["id"].iloc[np.sort(old)])
 
 
 def test_run_select_writes_one_file_per_seed_for_random_only(tmp_path, monkeypatch, pool):

@@ -66,9 +66,11 @@ def budget(pool_size: int, frac: float | None, count: int | None) -> int:
 
 def _rng(seed: int, strategy: str, train_seed: int | None = None) -> np.random.Generator:
     # one stream per strategy, so adding a strategy never changes another's selection; the
-    # control arm shares random's stream (same prompts); per-seed policies add the training seed
+    # control arm shares random's stream (same prompts); per-seed policies add the training
+    # seed, except seed 0, which draws what a one-seed study always drew: adding seeds to a
+    # study never changes the runs it already has
     stream = "random" if strategy == CONTROL else strategy
-    return np.random.default_rng([seed, zlib.crc32(stream.encode())] + ([] if train_seed is None else [train_seed]))
+    return np.random.default_rng([seed, zlib.crc32(stream.encode())] + ([train_seed] if train_seed else []))
 
 
 def per_seed(strategy: str) -> bool:
