@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import layout, notebooks, offline, params, study
+from diffgrpo import layout, notebooks, offline, params, select, study
 
 DATA = Path(__file__).parent / "data"
 
@@ -62,7 +62,7 @@ def test_every_notebook_runs_on(task, tmp_path, monkeypatch):
     runs = pd.DataFrame(summary["runs"])
     assert sorted(runs["strategy"]) == sorted(cfg.train.strategies)
     for strategy in cfg.select.strategies:
-        assert len(pd.read_parquet(root / "select" / f"{strategy}.parquet")) == 4
+        assert len(pd.read_parquet(select.selection_path(cfg, strategy, seed=0))) == 4
     assert (runs["steps"] == cfg.train.max_steps).all() and (runs["dataset"] == task).all()
     base = pd.read_parquet(root / "eval" / "base" / "summary.parquet")
     assert base["n_prompts"].iloc[0] == cfg.dataset.test_size
