@@ -28,7 +28,7 @@ DATA = Path(__file__).parent / "data"
     ({"train.seeds": [0, 1, 0]}, r"`train.seeds` lists \[0\] more than once"),
     ({"select.strategies": ["easy", "easy"]}, r"`select.strategies` lists \['easy'\] more than once"),
     ({"train.strategies": ["middle"], "select.strategies": ["hard"]}, r"`train.strategies` names \['middle'\]"),
-    ({"evaluate.pass_k": [1, 16]}, r"`evaluate.pass_k` has k = \[16\], more than evaluate.n_samples"),
+    ({"evaluate.pass_k": [1, 16]}, r"`evaluate.pass_k` has k = \[16\]; pass@k needs 1 <= k <= evaluate.n_samples"),
 ])
 def test_inconsistent_params_are_refused_at_validation(override, message):
     with pytest.raises(ParamsError, match=message):

@@ -277,9 +277,9 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
         fail("train.strategies", f"names {missing}, which select.strategies {cfg.select.strategies} does not make")
     if cfg.select.budget_frac is None and cfg.select.budget_count is None:
         fail("select.budget_frac", "and select.budget_count are both null; set one")
-    bad = [k for k in cfg.evaluate.pass_k if k > cfg.evaluate.n_samples]
+    bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
-        fail("evaluate.pass_k", f"has k = {bad}, more than evaluate.n_samples = {cfg.evaluate.n_samples}")
+        fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
 
 
 def dump(cfg: Config) -> str:
