@@ -166,7 +166,7 @@ def test_chat_template_kwargs_reach_the_prompt_and_the_keys():
     assert tok.decode(off).endswith("<think></think>") and not tok.decode(on).endswith("</think>")
 
     default, thinking_off = tiny(), tiny(**{"model.chat_template_kwargs": {"enable_thinking": False}})
-    assert layout.probe_key(thinking_off)["chat_template_kwargs"] == {"enable_thinking": False}
+    assert layout.probe_key(thinking_off)["model"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert layout.probe_dir(thinking_off) != layout.probe_dir(default)
     assert "enable_thinking: false" in params.dump(thinking_off)  # params.yaml beside every run
     gen = data.load_generator(thinking_off, batch_size=2)

@@ -142,11 +142,13 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
     absolute against ``base``, the folder the command ran in. The notebooks' kernels run in
     ``notebooks/``, so a relative path handed on as typed would point elsewhere there."""
     changes = {}
-    if cfg.model.path not in NAMED_MODELS and (base / cfg.model.path).expanduser().exists():
-        changes["model.path"] = str((base / cfg.model.path).expanduser().resolve())
-    source = cfg.dataset.source
-    if source not in (None, "hub", "offline") and (base / source).expanduser().exists():
-        changes["dataset.source"] = str((base / source).expanduser().resolve())
+    for key, value, words in (("model.path", cfg.model.path, NAMED_MODELS),
+                              ("dataset.source", cfg.dataset.source, (None, "hub", "offline"))):
+        if value in words:
+            continue
+        path = base / Path(value).expanduser()  # an absolute or ~ path stays what it is
+        if path.exists():
+            changes[key] = str(path.resolve())
     return cfg.replace(**changes) if changes else cfg
 
 
@@ -197,15 +199,10 @@ def load_model(cfg: Config, adapter: Path | None = None):
 
 
 def generation_key(cfg: Config) -> dict:
-    """What the generation settings add to a probe's or an evaluation's key: the backend and
-    the chat-template arguments, each only when it is not the default (HF, none), so the keys
-    of work done before these settings existed stay valid."""
-    key = {}
-    if cfg.generation.backend != "hf":
-        key["backend"] = cfg.generation.backend
-    if cfg.model.chat_template_kwargs:
-        key["chat_template_kwargs"] = dict(cfg.model.chat_template_kwargs)
-    return key
+    """What the generation backend adds to a probe's or an evaluation's key: the backend when
+    it is not the default (HF). The chat-template arguments are part of the model's identity
+    (:func:`layout.model_identity`), so they are not repeated here."""
+    return {"backend": cfg.generation.backend} if cfg.generation.backend != "hf" else {}
 
 
 def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None):
