@@ -20,7 +20,7 @@ import pandas as pd
 
 from diffgrpo import layout, params, probe, select, train
 
-OVERRIDES = {"workers": 2, "select.strategies": ["hard", "random"], "train.max_steps": 12, "train.save_steps": 3}
+OVERRIDES = {"workers": 2, "select.strategies": ["hard", "random"], "train.max_steps": 24, "train.save_steps": 3}
 
 
 def processes_of(outputs: Path) -> list[int]:
@@ -33,6 +33,12 @@ def processes_of(outputs: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def finished(outputs: Path) -> bool:
+    """Some run has finished: kill now, while the other is still training."""
+    return any(json.loads(p.read_text()).get("status") == "complete"
+               for p in (outputs / "smoke" / "runs").glob("*/manifest.json"))
 
 
 def runner(outputs: Path) -> subprocess.Popen:
@@ -57,7 +63,7 @@ def test_kill_9_of_the_runner_leaves_no_process_and_the_rerun_matches(tmp_path, 
     deadline = time.time() + 300
     while time.time() < deadline:  # both workers have checkpointed at least once
         done = [m for m in (killed / "smoke" / "runs").glob("*/checkpoints/checkpoint-3/trainer_state.json")]
-        if len(done) == 2 or proc.poll() is not None:
+        if len(done) == 2 or proc.poll() is not None or finished(killed):
             break
         time.sleep(0.2)
     assert proc.poll() is None, f"the study ended before it could be killed: {proc.stderr.read()}"
@@ -70,7 +76,9 @@ def test_kill_9_of_the_runner_leaves_no_process_and_the_rerun_matches(tmp_path, 
 
     statuses = {p.parent.name: json.loads(p.read_text())["status"]
                 for p in (killed / "smoke" / "runs").glob("*/manifest.json")}
-    assert set(statuses.values()) == {"running"}  # it really was killed mid-training
+    # it really was killed mid-training: at least one run is unfinished (on a loaded machine
+    # one worker can finish its run before the other has written its first checkpoint)
+    assert "running" in statuses.values(), statuses
 
     rerun = runner(killed)
     assert rerun.wait(timeout=600) == 0, rerun.stderr.read()
