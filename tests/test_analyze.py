@@ -100,7 +100,7 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
 def study(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     # the runs make_study writes are the ones this config plans (the report reads only those)
-    cfg = Config(study="synthetic").replace(**{"select.strategies": ["easy", "hard"], "train.seeds": [0, 1]})
+    cfg = Config(study="synthetic").replace(**{"arms": ["easy", "hard"], "train.seeds": [0, 1]})
     make_study(layout.study_dir(cfg))
     return cfg
 
@@ -408,7 +408,7 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     """A study with random drawn per seed and the control arm: predicted learnable % from each
     seed's own selection, the control's learnable % from the verifier's scores."""
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
-    cfg = Config(study="synthetic").replace(**{"select.strategies": ["hard", "random", "random_reward"],
+    cfg = Config(study="synthetic").replace(**{"arms": ["hard", "random", "random_reward"],
                                                 "train.seeds": [0, 1, 2], "analyze.bootstrap": 500})
     DELTA.update(random=0.06, random_reward=0.0)
     MIXED.update(random=2, random_reward=2)

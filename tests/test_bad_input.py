@@ -23,11 +23,23 @@ DATA = Path(__file__).parent / "data"
 
 # ---- params: caught at validation, before any notebook -----------------------------------
 @pytest.mark.parametrize("override, message", [
-    ({"select.strategies": ["hard", "hardest"]}, r"`select.strategies` has unknown strategy \['hardest'\]"),
+    ({"arms": ["hard", "hardest"]}, r"`arms` arms\[1\] \(hardest\): unknown policy 'hardest'"),
     ({"select.budget_frac": float("nan")}, r"`select.budget_frac` = nan: expected a finite number"),
     ({"train.seeds": [0, 1, 0]}, r"`train.seeds` lists \[0\] more than once"),
-    ({"select.strategies": ["easy", "easy"]}, r"`select.strategies` lists \['easy'\] more than once"),
-    ({"train.strategies": ["middle"], "select.strategies": ["hard"]}, r"`train.strategies` names \['middle'\]"),
+    ({"arms": ["easy", "easy"]}, r"`arms` names \['easy'\] more than once"),
+    ({"arms": []}, r"`arms` is empty"),
+    ({"arms": [{"name": "h-1", "policy": "hard"}]}, r"name 'h-1' must be letters"),
+    ({"arms": [{"name": "w", "policy": "base_wrong", "budget_frac": 0.2}]}, r"policy 'base_wrong' is defined by a set"),
+    ({"arms": [{"name": "h", "policy": "hard", "max_tier": 2}]}, r"max_tier applies to policy `tiers` only"),
+    ({"arms": [{"name": "h", "policy": "hard", "train": {"max_step": 3}}]}, r"unknown key `train.max_step`"),
+    ({"arms": [{"name": "h", "policy": "hard", "train": {"seeds": [1]}}]}, r"train.seeds is the study's"),
+    ({"arms": [{"name": "h", "polcy": "hard"}]}, r"has no `policy`"),
+    ({"arms": [{"name": "h", "policy": "hard", "budget": 3}]}, r"unknown key `arms\[0\].budget`"),
+    ({"select.strategies": ["hard"]}, r"`select.strategies` has moved to the top-level `arms:`"),
+    ({"train.strategies": ["hard"]}, r"`train.strategies` has moved to the top-level `arms:`"),
+    ({"evaluate.sets": [{"name": "test"}]}, r"`evaluate.sets` names \['test'\] more than once"),
+    ({"evaluate.sets": [{"name": "x", "task": "nope"}]}, r"unknown task 'nope'"),
+    ({"evaluate.sets": [{"name": "x", "pass_k": [1, 99]}]}, r"evaluate.sets\[0\] \(x\): its settings do not validate"),
     ({"evaluate.pass_k": [1, 16]}, r"`evaluate.pass_k` has k = \[16\]; pass@k needs 1 <= k <= evaluate.n_samples"),
 ])
 def test_inconsistent_params_are_refused_at_validation(override, message):

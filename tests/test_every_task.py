@@ -44,7 +44,7 @@ def test_every_notebook_runs_on(task, tmp_path, monkeypatch):
             pytest.skip(f"cannot download {PACKAGES[task]}: {err}")
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     # every policy selects; two train and are evaluated (the others' training code is the same)
-    overrides = {"study": f"smoke-{task}", "dataset.task": task, "train.strategies": ["hard", "middle"], **TASKS[task]}
+    overrides = {"study": f"smoke-{task}", "dataset.task": task, "arms": ["hard", "middle"], **TASKS[task]}
     argv = ["smoke", "--kernel", "python3"] + [f"--set={k}={json.dumps(v)}" for k, v in overrides.items()]
     assert study.main(argv) == 0
 
@@ -60,9 +60,9 @@ def test_every_notebook_runs_on(task, tmp_path, monkeypatch):
     assert len(samples) == cfg.dataset.pool_size * cfg.probe.k
     summary = json.loads((root / "report" / "summary.json").read_text())
     runs = pd.DataFrame(summary["runs"])
-    assert sorted(runs["strategy"]) == sorted(cfg.train.strategies)
-    for strategy in cfg.select.strategies:
-        assert len(pd.read_parquet(select.selection_path(cfg, strategy, seed=0))) == 4
+    assert sorted(runs["strategy"]) == sorted(a.name for a in cfg.arms)
+    for arm in cfg.arms:
+        assert len(pd.read_parquet(select.selection_path(cfg, arm.name, seed=0))) == 4
     assert (runs["steps"] == cfg.train.max_steps).all() and (runs["dataset"] == task).all()
     base = pd.read_parquet(root / "eval" / "base" / "summary.parquet")
     assert base["n_prompts"].iloc[0] == cfg.dataset.test_size

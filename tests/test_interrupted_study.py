@@ -20,7 +20,7 @@ import pandas as pd
 
 from diffgrpo import layout, params, probe, select, train
 
-OVERRIDES = {"workers": 2, "select.strategies": ["hard", "random"], "train.max_steps": 24, "train.save_steps": 3}
+OVERRIDES = {"workers": 2, "arms": ["hard", "random"], "train.max_steps": 24, "train.save_steps": 3}
 
 
 def processes_of(outputs: Path) -> list[int]:

@@ -19,7 +19,7 @@ import pytest
 
 from diffgrpo import analyze, artifacts, embedded, evaluate, layout, params, probe, select, train
 
-SMALL = {"select.strategies": ["hard", "random"], "dataset.task": "shuffled_objects",
+SMALL = {"arms": ["hard", "random"], "dataset.task": "shuffled_objects",
          "dataset.task_options": {"people": [3, 4], "swaps": [1, 3], "train_size": 60, "test_size": 20}}
 
 

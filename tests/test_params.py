@@ -69,3 +69,59 @@ def test_dump_round_trips():
     cfg = params.load("embedded")
     again = params.build(yaml.safe_load(params.dump(cfg)))
     assert again == cfg
+
+
+# ---- arms: the study format -----------------------------------------------------------------
+def test_a_bare_policy_name_is_an_arm_of_that_name_with_the_studys_options():
+    short = params.load("embedded", overrides={"arms": ["hard", "random"]})
+    long = params.load("embedded", overrides={"arms": [{"name": "hard", "policy": "hard"},
+                                                        {"name": "random", "policy": "random"}]})
+    assert short == long
+    assert [(a.name, a.policy, a.budget_frac, a.train) for a in short.arms] == [
+        ("hard", "hard", None, {}), ("random", "random", None, {})]
+
+
+def test_the_default_arms_keep_the_run_keys_of_the_strategies_they_replace():
+    """003's four strategies as arms: the same run ids, selection files and run keys (an arm
+    without training settings trains with the study's own config, nothing arm-specific added)."""
+    from diffgrpo import layout, select
+
+    cfg = params.load("embedded")
+    assert [a.name for a in cfg.arms] == ["hard", "easy", "middle", "random"]
+    assert layout.planned_runs(cfg) == [("hard", 0), ("easy", 0), ("middle", 0), ("random", 0)]
+    assert [select.selection_path(cfg, a, 0).name for a in ("hard", "random")] == ["hard.parquet", "random-seed0.parquet"]
+    assert cfg.for_arm("hard") is cfg
+    assert set(layout.run_key(cfg, ["x"])) == {"model", "rows", "train", "selection_sha"}
+    assert "seeds" not in layout.run_key(cfg, ["x"])["train"] and "sets" not in layout.eval_key(cfg)["evaluate"]
+
+
+def test_an_arm_with_its_own_training_settings_trains_with_them():
+    from diffgrpo import layout
+
+    cfg = params.load("embedded", overrides={"arms": [
+        "hard", {"name": "lower", "policy": "tiers", "max_tier": 4, "train": {"max_steps": 40, "lora": {"r": 4}}}]})
+    lower = cfg.for_arm("lower")
+    assert (lower.train.max_steps, lower.train.lora.r, lower.train.lora.alpha) == (40, 4, cfg.train.lora.alpha)
+    assert [a.name for a in lower.arms] == ["lower"] and lower.arm("lower").train == {}
+    assert layout.run_key(lower, ["x"]) != layout.run_key(cfg, ["x"])  # lora.r is in the key
+    assert cfg.for_arm("hard").train == cfg.train
+    with pytest.raises(ParamsError, match="no arm 'nope'"):
+        cfg.for_arm("nope")
+
+
+# ---- evaluation sets ----------------------------------------------------------------------------
+def test_an_evaluation_set_replaces_the_test_rows_and_settings_it_names():
+    from diffgrpo import layout
+
+    cfg = params.load("embedded", overrides={"evaluate.sets": [
+        {"name": "ood", "task_options": {"people": [3, 5], "swaps": [9, 10]}, "size": 50, "max_new_tokens": 96,
+         "n_samples": 2, "pass_k": [1, 2]}]})
+    assert cfg.eval_set_names() == ["test", "ood"]
+    ood = cfg.for_eval_set("ood")
+    assert ood.dataset.task_options == {"people": [3, 5], "swaps": [9, 10]} and ood.dataset.test_size == 50
+    assert (ood.evaluate.n_samples, ood.evaluate.pass_k, ood.evaluate.sampling.max_new_tokens) == (2, [1, 2], 96)
+    assert ood.dataset.pool_size == cfg.dataset.pool_size and ood.model == cfg.model  # same pool rules, same model
+    assert cfg.for_eval_set("test") is cfg
+    assert layout.eval_key(ood) != layout.eval_key(cfg)
+    assert layout.eval_dir(cfg, "base", "ood").parts[-2:] == ("eval-ood", "base")
+    assert layout.eval_dir(cfg, "base").parts[-2:] == ("eval", "base")

@@ -106,7 +106,7 @@ def test_run_select_writes_one_file_per_seed_for_random_only(tmp_path, monkeypat
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
-    cfg = Config(study="sel").replace(**{"select.strategies": ["hard", "random", "random_reward"],
+    cfg = Config(study="sel").replace(**{"arms": ["hard", "random", "random_reward"],
                                          "train.seeds": [0, 1]})
     select.run_select(cfg)
     names = sorted(p.name for p in layout.select_dir(cfg).glob("*.parquet"))
@@ -150,3 +150,23 @@ def test_unknown_strategy(pool):
 def test_predicted_learnable():
     assert select.predicted_learnable(np.array([0.0, 1.0]), 8) == 0.0
     assert select.predicted_learnable(np.array([0.5]), 2) == pytest.approx(0.5)
+
+
+def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monkeypatch, pool):
+    from diffgrpo import layout, probe
+    from diffgrpo.params import Config
+
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
+    cfg = Config(study="arms").replace(**{"select.budget_frac": 0.1, "arms": [
+        "hard", {"name": "hard_small", "policy": "hard", "budget_count": 7},
+        {"name": "lower", "policy": "tiers", "max_tier": 2}, {"name": "wrong_m", "policy": "base_wrong_matched"}]})
+    select.run_select(cfg)
+    sel = select.read_selections(cfg)
+    assert len(sel["hard"]) == 50 and len(sel["hard_small"]) == 7
+    assert list(sel["hard_small"]["id"]) == list(sel["hard"]["id"][:7])  # one policy, one tie-breaking stream
+    assert (sel["lower"]["tier"] <= 2).all() and len(sel["lower"]) == (pool["tier"] <= 2).sum()
+    assert set(sel["hard_small"]["strategy"]) == {"hard_small"} and set(sel["hard"]["strategy"]) == {"hard"}
+    right = (pool["base_correct"]).sum()
+    assert len(sel["wrong_m"]) == min(right, len(pool) - right) and not sel["wrong_m"]["base_correct"].any()
+    assert layout.selection_file(cfg, "hard_small").exists()

@@ -18,7 +18,7 @@ from diffgrpo import layout, models, notebooks, params, study
 OVERRIDES = {
     "dataset.pool_size": 20, "dataset.test_size": 8,
     "probe.k": 2, "probe.sampling.max_new_tokens": 32, "probe.sampling.batch_size": 40,
-    "select.strategies": ["hard", "random"], "select.budget_count": 2,
+    "arms": ["hard", "random"], "select.budget_count": 2,
     "train.max_steps": 1, "train.save_steps": 1, "train.prompts_per_step": 1, "train.group_size": 4,
     "train.max_completion_length": 32,
     "evaluate.n_samples": 1, "evaluate.pass_k": [1], "evaluate.sampling.max_new_tokens": 32,

@@ -37,7 +37,7 @@ def test_summary_json_agrees_with_the_run_files(tiny_study):
     summary = json.loads((tiny_study / "report" / "summary.json").read_text())
     assert {"runs", "regression", "paper_regression", "metric", "best", "verdict"} <= set(summary)
     runs = pd.DataFrame(summary["runs"])
-    assert sorted(runs["strategy"]) == sorted(cfg.select.strategies)
+    assert sorted(runs["strategy"]) == sorted(a.name for a in cfg.arms)
     assert (runs["steps"] == cfg.train.max_steps).all()
     base = pd.read_parquet(tiny_study / "eval" / "base" / "summary.parquet")["greedy_acc"].iloc[0]
     for row in runs.itertuples():
@@ -56,9 +56,9 @@ def test_summary_json_agrees_with_the_run_files(tiny_study):
 
 def test_selections_hold_the_budget(tiny_study):
     cfg = params.load("tiny")
-    for strategy in cfg.select.strategies:
-        for seed in cfg.train.seeds if select.per_seed(strategy) else [None]:  # random: one file per seed
-            name = strategy if seed is None else f"{strategy}-seed{seed}"
+    for arm in cfg.arms:
+        for seed in cfg.train.seeds if select.per_seed(arm.policy) else [None]:  # random: one file per seed
+            name = arm.name if seed is None else f"{arm.name}-seed{seed}"
             sel = pd.read_parquet(tiny_study / "select" / f"{name}.parquet")
             assert len(sel) == int(cfg.select.budget_frac * cfg.dataset.pool_size)
 

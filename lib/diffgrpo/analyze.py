@@ -284,7 +284,7 @@ def study_selections(cfg: Config) -> pd.DataFrame:
     (strategy, seed) for a per-seed policy (``select.PER_SEED``)."""
     frames = []
     for strategy in dict.fromkeys(s for s, _ in layout.planned_runs(cfg)):
-        for seed in cfg.train.seeds if select.per_seed(strategy) else [None]:
+        for seed in cfg.train.seeds if select.per_seed(cfg.arm(strategy).policy) else [None]:
             path = layout.selection_file(cfg, strategy, seed)
             frames.append(read_parquet(path, "02_select").pipe(_selection_rows, path.stem))
     return _sorted(pd.concat(frames, ignore_index=True), "id")

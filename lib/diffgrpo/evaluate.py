@@ -5,8 +5,11 @@ completions per prompt, from which pass@k is computed with the unbiased estimato
 al. (2021) for every k in ``evaluate.pass_k`` (k <= n_samples); pass@1 is the mean sampled
 accuracy. Everything is also broken down per tier.
 
-The base model is evaluated once per test set and settings, in ``eval/base/``, and shared by
-every run (its step 0). Sampled completions use the same seed for every checkpoint, so
+Every checkpoint is scored on every evaluation set: the held-out test set of the training
+task (``test``, in ``eval/``) and each of ``evaluate.sets`` (another task, a subset, an
+out-of-distribution variant: ``eval-<set>/``, scored with the set's own settings,
+:meth:`Config.for_eval_set`). The base model is evaluated once per set and settings, in
+``eval/base/`` (``eval-<set>/base/``), and shared by every run (its step 0). Sampled completions use the same seed for every checkpoint, so
 strategies are compared on common random numbers. Each checkpoint's completions are written
 in resumable chunks (see :mod:`diffgrpo.sampling`); a checkpoint already evaluated with the
 same settings is not evaluated again.
@@ -25,7 +28,7 @@ import pandas as pd
 
 from . import artifacts, data, layout, parallel
 from .generation import LazyGenerator
-from .params import Config
+from .params import TEST_SET, Config
 from .sampling import sample_and_score
 
 
@@ -103,9 +106,10 @@ def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: p
 
 def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
                     steps: dict[int, Path | None], progress: bool, trained: dict | None = None,
-                    step0: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Path:
-    """Evaluate the given checkpoints (step -> adapter folder, None = base); write the run's files."""
-    out_dir = layout.eval_dir(cfg, rid)
+                    step0: tuple[pd.DataFrame, pd.DataFrame] | None = None, eval_set: str = TEST_SET) -> Path:
+    """Evaluate the given checkpoints (step -> adapter folder, None = base) on ``eval_set``
+    (``cfg`` is that set's, :meth:`Config.for_eval_set`); write the run's files."""
+    out_dir = layout.eval_dir(cfg, rid, eval_set)
     rows = data.load_test(cfg)
     ks = sorted(set(cfg.evaluate.pass_k))  # each 1 <= k <= n_samples: checked with the params
     run_key = layout.eval_key(cfg)
@@ -128,16 +132,18 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
     return out_dir
 
 
-def evaluate_base(cfg: Config, progress: bool = True) -> Path:
-    """The base model on the test set, once per test set and settings."""
-    out_dir = layout.eval_dir(cfg, layout.BASE_RUN)
+def evaluate_base(cfg: Config, progress: bool = True, eval_set: str = TEST_SET) -> Path:
+    """The base model on evaluation set ``eval_set`` (default: the held-out test set), once per
+    set and settings."""
+    out_dir = layout.eval_dir(cfg, layout.BASE_RUN, eval_set)
+    cfg = cfg.for_eval_set(eval_set)
     manifest = out_dir / "manifest.json"
     with artifacts.exclusive(out_dir, wait=True):  # every run's evaluation needs it: the others wait
         if manifest.exists():
             m = artifacts.read_json(manifest)
             if m.get("key") == layout.eval_key(cfg) and not artifacts.damaged(out_dir, m):
                 return out_dir
-        return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress)
+        return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress, eval_set=eval_set)
 
 
 def checkpoints(run_dir: Path) -> dict[int, Path]:
@@ -166,40 +172,53 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     return layout.trained_identity(m)
 
 
-def evaluate_run(cfg: Config, strategy: str, seed: int, progress: bool = True) -> Path:
-    """Every checkpoint of one run (or only the last, with evaluate.checkpoints = final)."""
+def evaluate_run(cfg: Config, strategy: str, seed: int, eval_set: str = TEST_SET, *, progress: bool = True) -> Path:
+    """Every checkpoint of one (arm, seed) run (or only the last, with evaluate.checkpoints =
+    final) on evaluation set ``eval_set`` (default: the held-out test set)."""
     run_dir = layout.run_dir(cfg, strategy, seed)
-    trained = check_finished(run_dir, cfg.train.max_steps)
+    trained = check_finished(run_dir, cfg.for_arm(strategy).train.max_steps)
     steps: dict[int, Path | None] = dict(checkpoints(run_dir))
     if cfg.evaluate.checkpoints == "final":
         last = max(steps)
         steps = {last: steps[last]}
-    base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress))
-    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(strategy, seed))):
-        return _with_base_rows(cfg, strategy, seed, base, steps, trained, progress)
+    base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress, eval_set))
+    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(strategy, seed), eval_set)):
+        return _with_base_rows(cfg, strategy, seed, base, steps, trained, progress, eval_set)
 
 
 def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
-                    trained: dict, progress: bool) -> Path:
+                    trained: dict, progress: bool, eval_set: str = TEST_SET) -> Path:
     """Evaluate the run's checkpoints, with the base model as its step 0."""
     rid = layout.run_id(strategy, seed)
-    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "tiers.parquet", "04_evaluate")
+    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN, eval_set) / "tiers.parquet",
+                                        "04_evaluate")
     step0 = tuple(df.assign(run_id=rid, strategy=strategy, seed=seed) for df in (base, base_tiers))
-    return _evaluate_steps(cfg, rid, strategy, seed, steps, progress, trained, step0)
+    return _evaluate_steps(cfg.for_eval_set(eval_set), rid, strategy, seed, steps, progress, trained, step0,
+                           eval_set)
 
 
-def read_summary(cfg: Config, rid: str, out_dir: Path | None = None) -> pd.DataFrame:
-    path = (out_dir or layout.eval_dir(cfg, rid)) / "summary.parquet"
+def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: str = TEST_SET) -> pd.DataFrame:
+    path = (out_dir or layout.eval_dir(cfg, rid, eval_set)) / "summary.parquet"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no evaluation of {rid!r}; run the evaluate stage")
+        raise FileNotFoundError(f"{path}: no evaluation of {rid!r} on set {eval_set!r}; run the evaluate stage")
     return pd.read_parquet(path)
 
 
 def evaluate_runs(cfg: Config, progress: bool = True) -> pd.DataFrame:
-    """The base model, then every run of the study (``cfg.workers`` at a time); all summaries."""
-    evaluate_base(cfg, progress)
+    """The base model, then every run of the study (``cfg.workers`` at a time), on every
+    evaluation set (``test`` first, then ``evaluate.sets``); the test set's summaries."""
+    sets = cfg.eval_set_names()
+    for eval_set in sets:
+        evaluate_base(cfg, progress, eval_set)
     runs = layout.planned_runs(cfg)
-    ids = [layout.run_id(s, seed) for s, seed in runs]
-    parallel.run_jobs(evaluate_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
-                      progress=progress, desc="evaluate")
-    return pd.concat([read_summary(cfg, rid) for rid in ids], ignore_index=True)
+    jobs = [(cfg, s, seed, eval_set) for eval_set in sets for s, seed in runs]
+    names = [layout.run_id(s, seed) + ("" if eval_set == TEST_SET else f" on {eval_set}") for _, s, seed, eval_set in jobs]
+    parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=names, progress=progress, desc="evaluate")
+    return pd.concat([read_summary(cfg, layout.run_id(s, seed)) for s, seed in runs], ignore_index=True)
+
+
+def read_set_summaries(cfg: Config) -> pd.DataFrame:
+    """Every evaluation set's summaries (base and every run), stacked, with an ``eval_set`` column."""
+    rids = [layout.BASE_RUN] + [layout.run_id(s, seed) for s, seed in layout.planned_runs(cfg)]
+    return pd.concat([read_summary(cfg, rid, eval_set=e).assign(eval_set=e)
+                      for e in cfg.eval_set_names() for rid in rids], ignore_index=True)

@@ -2,15 +2,17 @@
 
     outputs/<study>/
       probe/<model>/<key>/      samples.parquet, prompts.parquet, one_sample.parquet, manifest.json
-      select/<strategy>.parquet selections (prompt ids, p_hat, policy, seed) + summary.csv;
-                                a per-seed policy (random) has select/<strategy>-seed<seed>.parquet
+      select/<arm>.parquet      selections (prompt ids, p_hat, policy, seed) + summary.csv;
+                                a per-seed policy (random) has select/<arm>-seed<seed>.parquet
       runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
                                 checkpoints/checkpoint-<step>/ (LoRA adapters)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
+                                on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
       report/                   tables (CSV + markdown), figures (PNG), summary.json
       notebooks/                executed notebooks
 
-``run_id`` is ``<strategy>-seed<seed>``. Paths inside manifests are relative to the study folder.
+``run_id`` is ``<arm>-seed<seed>`` (an arm named after its policy, as 003's four are, keeps
+the run ids of the strategies it replaced). Paths inside manifests are relative to the study folder.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from . import artifacts
 from .artifacts import outputs_root
 from .data import files_fingerprint, generation_key, model_fingerprint, task_of
-from .params import Config
+from .params import TEST_SET, Config
 
 BASE_RUN = "base"
 
@@ -68,22 +70,28 @@ def probe_key(cfg: Config) -> dict[str, Any]:
     })
 
 
-def run_key(cfg: Config, selection_ids: list[str]) -> dict[str, Any]:
+def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None) -> dict[str, Any]:
     """What decides a training run's result, bar ``max_steps`` (a finished run may be extended):
-    a resume must match it, and an evaluation of the run's adapters carries it."""
-    train = {k: v for k, v in dataclasses.asdict(cfg.train).items() if k not in ("max_steps", "strategies", "seeds")}
+    a resume must match it, and an evaluation of the run's adapters carries it. ``cfg`` is the
+    arm's (:meth:`Config.for_arm`), so an arm's own training settings are in ``train``; what its
+    policy decides is in the selection's ids and, for the control arm, in ``reward`` (the
+    verifier's reward adds nothing, so the runs of 003's four arms keep their keys)."""
+    train = {k: v for k, v in dataclasses.asdict(cfg.train).items() if k not in ("max_steps", "seeds")}
     return artifacts.jsonable({
         "model": model_identity(cfg),
         "rows": rows_identity(cfg, "pool"),
         "train": train,
         "selection_sha": hashlib.sha256("\n".join(selection_ids).encode()).hexdigest()[:16],
+        **({"reward": reward} if reward is not None else {}),
     })
 
 
 def eval_key(cfg: Config) -> dict[str, Any]:
-    """What decides the evaluation of the base model on the held-out set; a checkpoint's key
-    adds :func:`adapter_identity`."""
-    ev = {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k != "checkpoints"}
+    """What decides the evaluation of the base model on the held-out set (on an evaluation set:
+    ``cfg`` is the set's, :meth:`Config.for_eval_set`, its rows and settings in ``dataset`` and
+    ``evaluate``, so the list of further sets is no part of it); a checkpoint's key adds
+    :func:`adapter_identity`."""
+    ev = {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k not in ("checkpoints", "sets")}
     return artifacts.jsonable({"model": model_identity(cfg), "rows": rows_identity(cfg, "test"), "evaluate": ev,
                                **generation_key(cfg)})
 
@@ -118,27 +126,28 @@ def select_dir(cfg: Config) -> Path:
     return study_dir(cfg) / "select"
 
 
-def selection_file(cfg: Config, strategy: str, seed: int | None = None) -> Path:
-    """``select/<strategy>.parquet``; with ``seed``, the selection of one training seed,
-    ``select/<strategy>-seed<seed>.parquet`` (which policies draw one per seed: ``select.PER_SEED``)."""
-    return select_dir(cfg) / f"{strategy if seed is None else run_id(strategy, seed)}.parquet"
+def selection_file(cfg: Config, arm: str, seed: int | None = None) -> Path:
+    """``select/<arm>.parquet``; with ``seed``, the selection of one training seed,
+    ``select/<arm>-seed<seed>.parquet`` (which policies draw one per seed: ``select.PER_SEED``)."""
+    return select_dir(cfg) / f"{arm if seed is None else run_id(arm, seed)}.parquet"
 
 
-def run_id(strategy: str, seed: int) -> str:
-    return f"{strategy}-seed{seed}"
+def run_id(arm: str, seed: int) -> str:
+    return f"{arm}-seed{seed}"
 
 
 def planned_runs(cfg: Config) -> list[tuple[str, int]]:
-    """The study's (strategy, seed) runs: train.strategies (default: every selection) x train.seeds."""
-    return [(s, seed) for s in (cfg.train.strategies or cfg.select.strategies) for seed in cfg.train.seeds]
+    """The study's (arm, seed) runs: every arm x train.seeds, in the params' order."""
+    return [(a.name, seed) for a in cfg.arms for seed in cfg.train.seeds]
 
 
-def run_dir(cfg: Config, strategy: str, seed: int) -> Path:
-    return study_dir(cfg) / "runs" / run_id(strategy, seed)
+def run_dir(cfg: Config, arm: str, seed: int) -> Path:
+    return study_dir(cfg) / "runs" / run_id(arm, seed)
 
 
-def eval_dir(cfg: Config, rid: str) -> Path:
-    return study_dir(cfg) / "eval" / rid
+def eval_dir(cfg: Config, rid: str, eval_set: str = TEST_SET) -> Path:
+    """``eval/<run_id>/`` on the held-out test set; ``eval-<set>/<run_id>/`` on another set."""
+    return study_dir(cfg) / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}") / rid
 
 
 def report_dir(cfg: Config) -> Path:

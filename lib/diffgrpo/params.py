@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -94,7 +95,8 @@ class ProbeConfig:
 
 @dataclass(frozen=True)
 class SelectConfig:
-    strategies: list[str] = _f(factory=lambda: ["hard", "easy", "middle", "random"])
+    """What every arm's selection shares; an arm may set its own budget or max_tier."""
+
     budget_frac: float | None = _f(0.1, lo=0.0, hi=1.0, doc="floor(frac * |pool|) prompts")
     budget_count: int | None = _f(None, lo=1, doc="an exact count instead of a fraction")
     seed: int = _f(0, lo=0, doc="seed of tie-breaking shuffles and of `random`")
@@ -116,8 +118,7 @@ class LoraParams:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    strategies: list[str] | None = _f(None, doc="which selections to train (null: all selected)")
-    seeds: list[int] = _f(factory=lambda: [0], doc="one run per seed and strategy")
+    seeds: list[int] = _f(factory=lambda: [0], doc="one run per seed and arm")
     max_steps: int = _f(1000, lo=1)
     prompts_per_step: int = _f(32, lo=1)
     group_size: int = _f(8, lo=2, doc="completions per prompt (GRPO's G)")
@@ -162,6 +163,26 @@ class GenerationBackendConfig:
 
 
 @dataclass(frozen=True)
+class EvalSetConfig:
+    """An evaluation set besides the held-out test set of the training task (which is always
+    scored, as set ``test``). A null field takes the training dataset's value (``task``,
+    ``task_options``, ``source``, ``size``: ``dataset.*``; ``split``: ``dataset.test_split``) or
+    the evaluation's (``greedy``, ``n_samples``, ``pass_k``, ``max_new_tokens``: ``evaluate.*``)."""
+
+    name: str = _f("", doc="the set's name in file paths and tables (not `test`)")
+    description: str = _f("", doc="what the set measures, in words (OOD, transfer, a subset...)")
+    task: str | None = _f(None, doc="a name from diffgrpo.tasks.names() (null: dataset.task)")
+    task_options: dict[str, Any] | None = _f(None, doc="the task's options (null: dataset.task_options)")
+    source: str | None = _f(None, doc="hub | offline | a local file (null: dataset.source)")
+    split: str | None = _f(None, doc="the split scored (null: dataset.test_split)")
+    size: int | None = _f(None, lo=1, doc="a seeded sample of N rows (null: dataset.test_size)")
+    greedy: bool | None = _f(None, doc="greedy accuracy (null: evaluate.greedy)")
+    n_samples: int | None = _f(None, lo=0, doc="sampled completions per prompt (null: evaluate.n_samples)")
+    pass_k: list[int] | None = _f(None, doc="k values of pass@k (null: evaluate.pass_k)")
+    max_new_tokens: int | None = _f(None, lo=1, doc="(null: evaluate.sampling.max_new_tokens)")
+
+
+@dataclass(frozen=True)
 class EvaluateConfig:
     greedy: bool = _f(True, doc="greedy accuracy (temperature 0, one completion)")
     n_samples: int = _f(8, lo=0, doc="sampled completions per test prompt (0: none)")
@@ -169,6 +190,7 @@ class EvaluateConfig:
     sampling: SamplingConfig = _f(factory=SamplingConfig)
     checkpoints: Literal["all", "final"] = _f("all")
     seed: int = _f(1234, lo=0)
+    sets: list[EvalSetConfig] = _f(factory=list, doc="evaluation sets scored besides the held-out test set")
 
 
 @dataclass(frozen=True)
@@ -177,6 +199,21 @@ class AnalyzeConfig:
     paper: str | None = _f("003", doc="reported numbers to show beside ours (null: none)")
     bootstrap: int = _f(2000, lo=100, doc="resamples of the intervals (test prompts x seeds, and runs for R^2)")
     seed: int = _f(0, lo=0, doc="seed of the bootstrap's resampling")
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """One arm of the study: a selection policy with its options and, where they differ from
+    ``train``, its own training settings. In a params file an arm is a mapping, or a bare
+    policy name (``hard`` is ``{name: hard, policy: hard}``). A null budget or max_tier is the
+    study's (``select.*``); an arm that sets budget_frac or budget_count sets both."""
+
+    name: str = _f("", doc="the arm's name: its runs are <name>-seed<seed>, its selection select/<name>.parquet")
+    policy: str = _f("", doc="a policy of diffgrpo.select.STRATEGIES (hard, easy, middle, random, ...)")
+    budget_frac: float | None = _f(None, lo=0.0, hi=1.0, doc="(null: select.budget_frac)")
+    budget_count: int | None = _f(None, lo=1, doc="(null: select.budget_count)")
+    max_tier: int | None = _f(None, doc="`tiers`: keep prompts with tier <= max_tier (null: select.max_tier)")
+    train: dict[str, Any] = _f(factory=dict, doc="train.* settings of this arm that differ from the study's")
 
 
 @dataclass(frozen=True)
@@ -189,6 +226,8 @@ class Config:
     model: ModelConfig = _f(factory=ModelConfig)
     dataset: DatasetConfig = _f(factory=DatasetConfig)
     probe: ProbeConfig = _f(factory=ProbeConfig)
+    arms: list[ArmConfig] = _f(factory=lambda: [ArmConfig(name=p, policy=p) for p in ("hard", "easy", "middle", "random")],
+                               doc="the study's arms, each trained with every seed of train.seeds")
     select: SelectConfig = _f(factory=SelectConfig)
     generation: GenerationBackendConfig = _f(factory=GenerationBackendConfig)
     train: TrainConfig = _f(factory=TrainConfig)
@@ -201,6 +240,55 @@ class Config:
     def replace(self, **overrides: Any) -> "Config":
         """A copy with dotted-key overrides applied and validated."""
         return build(_merge(self.to_dict(), _expand(overrides, "overrides"), {}, "overrides"))
+
+    # ---- arms and evaluation sets: the one translation of each into a run's settings ----
+    def arm(self, name: str) -> ArmConfig:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ParamsError(f"no arm {name!r} in study {self.study!r}; its arms: {[a.name for a in self.arms]}")
+
+    def for_arm(self, name: str) -> "Config":
+        """The settings one arm's runs train with: ``train`` with the arm's own settings on top
+        (``self`` when it has none, so an arm without overrides keeps the study's run keys; else
+        a copy whose only arm is this one)."""
+        arm = self.arm(name)
+        if not arm.train:
+            return self
+        # the arm's settings moved into `train`; the copy holds that one arm, its settings applied
+        return self.replace(train=dict(arm.train), arms=[{**dataclasses.asdict(arm), "train": {}}])
+
+    def eval_set_names(self) -> list[str]:
+        """``test`` (the training task's held-out set), then ``evaluate.sets`` in order."""
+        return [TEST_SET] + [s.name for s in self.evaluate.sets]
+
+    def for_eval_set(self, name: str) -> "Config":
+        """The settings that score evaluation set ``name``: the dataset and evaluation keys the
+        set names replace the study's (``self`` for ``test``), so every stage that reads the
+        held-out set (data.load_test, layout.eval_key, evaluate) reads this set instead."""
+        if name == TEST_SET:
+            return self
+        found = [s for s in self.evaluate.sets if s.name == name]
+        if not found:
+            raise ParamsError(f"no evaluation set {name!r} in study {self.study!r}; its sets: {self.eval_set_names()}")
+        s = found[0]
+        changes: dict[str, Any] = {k: v for k, v in {
+            "dataset.task": s.task, "dataset.task_options": s.task_options, "dataset.source": s.source,
+            "dataset.test_split": s.split, "dataset.test_size": s.size, "evaluate.greedy": s.greedy,
+            "evaluate.n_samples": s.n_samples, "evaluate.pass_k": s.pass_k,
+            "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
+        changes["evaluate.sets"] = []  # a set's own settings hold no further sets
+        return self.replace(**changes)
+
+
+#: the name of the held-out test set of the training task among the evaluation sets
+TEST_SET = "test"
+#: keys that moved, with where to: named in the error instead of a bare "unknown key"
+MOVED = {
+    "select.strategies": "the top-level `arms:` (a list of arms; `arms: [hard, easy, middle, random]` is "
+                         "today's default, see params/defaults.yaml)",
+    "train.strategies": "the top-level `arms:` (list only the arms to train)",
+}
 
 
 # ------------------------------------------------------------------------------------
@@ -263,23 +351,71 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     def fail(key: str, message: str) -> None:
         raise ParamsError(f"{origin.get(key, 'params')}: `{key}` {message}")
 
-    for key in ("select.strategies", "train.strategies", "train.seeds", "evaluate.pass_k"):
+    for key in ("train.seeds", "evaluate.pass_k"):
         values = get(cfg, key) or []
         dup = sorted({v for v in values if values.count(v) > 1}, key=str)
         if dup:
             fail(key, f"lists {dup} more than once; each run must have its own folder and one writer")
-    unknown = [s for s in cfg.select.strategies if s not in STRATEGIES]
-    if unknown:
-        fail("select.strategies", f"has unknown strateg{'y' if len(unknown) == 1 else 'ies'} {unknown}; "
-                                  f"known: {list(STRATEGIES)}")
-    missing = [s for s in cfg.train.strategies or [] if s not in cfg.select.strategies]
-    if missing:
-        fail("train.strategies", f"names {missing}, which select.strategies {cfg.select.strategies} does not make")
     if cfg.select.budget_frac is None and cfg.select.budget_count is None:
         fail("select.budget_frac", "and select.budget_count are both null; set one")
     bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
+    _check_arms(cfg, fail)
+    _check_eval_sets(cfg, fail)
+
+
+#: a name that is safe as a folder and file name, and cannot be read as another run's id
+_NAME = re.compile(r"[A-Za-z0-9_.]+")
+
+
+def _check_arms(cfg: Config, fail) -> None:
+    from .select import BUDGETED, STRATEGIES  # the policies' owner; imported late (select imports this module)
+
+    if not cfg.arms:
+        fail("arms", "is empty; a study trains at least one arm, e.g. `arms: [hard, easy, middle, random]`")
+    names = [a.name for a in cfg.arms]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        fail("arms", f"names {dup} more than once; each arm's runs must have their own folders")
+    for i, a in enumerate(cfg.arms):
+        where = f"arms[{i}] ({a.name or 'no name'})"
+        if not _NAME.fullmatch(a.name) or a.name == "base":
+            fail("arms", f"{where}: name {a.name!r} must be letters, digits, `_` or `.` and not `base` "
+                         "(it names the arm's folders; `-` separates the seed)")
+        if a.policy not in STRATEGIES:
+            fail("arms", f"{where}: unknown policy {a.policy!r}; known: {list(STRATEGIES)}")
+        if (a.budget_frac is not None or a.budget_count is not None) and a.policy not in BUDGETED:
+            fail("arms", f"{where}: policy {a.policy!r} is defined by a set, not a size; drop budget_frac/budget_count "
+                         f"(budgeted policies: {list(BUDGETED)})")
+        if a.max_tier is not None and a.policy != "tiers":
+            fail("arms", f"{where}: max_tier applies to policy `tiers` only, not {a.policy!r}")
+        moved = sorted(set(a.train) & {"seeds"})
+        if moved:
+            fail("arms", f"{where}: train.{moved[0]} is the study's (train.seeds), not an arm's")
+        try:
+            cfg.for_arm(a.name)
+        except ParamsError as err:
+            fail("arms", f"{where}: its train settings do not validate: {err}")
+
+
+def _check_eval_sets(cfg: Config, fail) -> None:
+    from .tasks import names as task_names
+
+    names = cfg.eval_set_names()
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        fail("evaluate.sets", f"names {dup} more than once (`{TEST_SET}` is the training task's held-out set)")
+    for i, s in enumerate(cfg.evaluate.sets):
+        where = f"evaluate.sets[{i}] ({s.name or 'no name'})"
+        if not _NAME.fullmatch(s.name):
+            fail("evaluate.sets", f"{where}: name {s.name!r} must be letters, digits, `_` or `.` (it names folders)")
+        if s.task is not None and s.task not in task_names():
+            fail("evaluate.sets", f"{where}: unknown task {s.task!r}; known tasks: {task_names()}")
+        try:
+            cfg.for_eval_set(s.name)
+        except ParamsError as err:
+            fail("evaluate.sets", f"{where}: its settings do not validate: {err}")
 
 
 def dump(cfg: Config) -> str:
@@ -366,6 +502,8 @@ def _check_keys(layer: Any, cls: type | None, where: str, prefix: str) -> None:
         raise ParamsError(f"{where}: `{prefix.rstrip('.')}` must be a mapping, got {layer!r}")
     known = {f.name for f in dataclasses.fields(cls)} | ({"include"} if not prefix else set())
     for key in layer:
+        if f"{prefix}{key}" in MOVED:
+            raise ParamsError(f"{where}: `{prefix}{key}` has moved to {MOVED[f'{prefix}{key}']}")
         if key not in known:
             hint = _closest(str(key), known)
             raise ParamsError(
@@ -397,8 +535,14 @@ def _convert(cls: type, data: Any, prefix: str, origin: dict[str, str]) -> Any:
         dotted = f"{prefix}{f.name}"
         value = data[f.name]
         sub = _dataclass_of(hints[f.name])
+        item = _list_of_dataclass(hints[f.name])
         if sub is not None:
             kwargs[f.name] = _convert(sub, value, dotted + ".", origin)
+        elif item is not None:
+            if not isinstance(value, list):
+                raise ParamsError(f"{where(dotted)}: `{dotted}` must be a list, got {value!r}")
+            kwargs[f.name] = [_convert(item, _item_mapping(item, v, f"{dotted}[{i}]", where(dotted)),
+                                       f"{dotted}[{i}].", origin) for i, v in enumerate(value)]
         else:
             kwargs[f.name] = _check_value(value, hints[f.name], f.metadata, dotted, where(dotted))
     return cls(**kwargs)
@@ -469,6 +613,25 @@ def _coerce(value: Any, tp: Any) -> Any:
             raise TypeError(f"expected a string, got {type(value).__name__}")
         return value
     raise TypeError(f"unsupported type {tp}")
+
+
+def _list_of_dataclass(tp: Any) -> type | None:
+    """``X`` when ``tp`` is ``list[X]`` of a dataclass X (arms, evaluation sets)."""
+    return get_args(tp)[0] if get_origin(tp) is list and dataclasses.is_dataclass(get_args(tp)[0]) else None
+
+
+def _item_mapping(cls: type, value: Any, key: str, where: str) -> dict:
+    """An entry of a list of mappings; an arm may be a bare policy name (``hard``)."""
+    if cls is ArmConfig and isinstance(value, str):
+        return {"name": value, "policy": value}
+    if not isinstance(value, dict):
+        raise ParamsError(f"{where}: `{key}` must be a mapping" + (" or a policy name" if cls is ArmConfig else "")
+                          + f", got {value!r}")
+    if "name" not in value:
+        raise ParamsError(f"{where}: `{key}` has no `name`")
+    if cls is ArmConfig and "policy" not in value:
+        raise ParamsError(f"{where}: `{key}` ({value['name']}) has no `policy`")
+    return value
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -17,6 +17,9 @@ Policies (paper 003 section 2.3, blog 001, paper 000):
 - ``tiers``: every prompt whose tier is at most ``select.max_tier`` (000: train on the lower
   tiers only); with tiers from p_hat bins when the task has none.
 
+A study's arms (params ``arms``) each name one policy with its options (budget, max_tier);
+``select/<arm>.parquet`` holds an arm's selection, its ``strategy`` column the arm's name.
+
 ``n = floor(budget_frac * |pool|)`` or ``budget_count``; the budget applies to hard, easy,
 middle, random and random_reward (the others are defined by a set, not a size). Ties in p_hat
 are common (many prompts sit at 0 or 1): they are broken by a shuffle seeded with
@@ -35,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import artifacts, layout
-from .params import Config
+from .params import ArmConfig, Config
 
 BUDGETED = ("hard", "easy", "middle", "random", "random_reward")
 STRATEGIES = BUDGETED + (
@@ -73,13 +76,30 @@ def _rng(seed: int, strategy: str, train_seed: int | None = None) -> np.random.G
     return np.random.default_rng([seed, zlib.crc32(stream.encode())] + ([train_seed] if train_seed else []))
 
 
-def per_seed(strategy: str) -> bool:
-    return strategy in PER_SEED
+def per_seed(policy: str) -> bool:
+    return policy in PER_SEED
 
 
-def selection_path(cfg: Config, strategy: str, seed: int):
-    """The selection training seed ``seed`` of ``strategy`` reads (its own for a per-seed policy)."""
-    return layout.selection_file(cfg, strategy, seed if per_seed(strategy) else None)
+def selection_path(cfg: Config, arm: str, seed: int):
+    """The selection training seed ``seed`` of ``arm`` reads (its own for a per-seed policy)."""
+    return layout.selection_file(cfg, arm, seed if per_seed(cfg.arm(arm).policy) else None)
+
+
+def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int:
+    """The arm's prompt count: its own budget_frac / budget_count when it sets either, else the
+    study's ``select.budget_frac`` / ``budget_count``."""
+    own = arm.budget_frac is not None or arm.budget_count is not None
+    frac, count = (arm.budget_frac, arm.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
+    return budget(pool_size, frac, count)
+
+
+def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: int | None = None) -> pd.DataFrame:
+    """The selection of one arm (of training seed ``train_seed`` for a per-seed policy): its
+    policy with its options; ``strategy`` holds the arm's name, ``policy`` its policy."""
+    max_tier = arm.max_tier if arm.max_tier is not None else cfg.select.max_tier
+    sel = select(prompts, arm.policy, arm_budget(cfg, arm, len(prompts)), cfg.select.seed, max_tier=max_tier,
+                 tier_bins=cfg.select.tier_bins, train_seed=train_seed)
+    return sel.assign(strategy=arm.name) if arm.name != arm.policy else sel
 
 
 def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
@@ -175,30 +195,29 @@ def summarize(selections: dict[str, pd.DataFrame], pool: pd.DataFrame, group_siz
 
 
 def run_select(cfg: Config) -> pd.DataFrame:
-    """Read the probe, write one parquet per strategy and ``summary.csv``; return the summary."""
+    """Read the probe, write one parquet per arm (per arm and seed for a per-seed policy) and
+    ``summary.csv``; return the summary."""
     from .probe import read_prompts
 
     prompts = read_prompts(cfg)
-    n = budget(len(prompts), cfg.select.budget_frac, cfg.select.budget_count)
     selections = {}
-    for strategy in cfg.select.strategies:
-        for seed in cfg.train.seeds if per_seed(strategy) else [None]:
-            sel = select(prompts, strategy, n, cfg.select.seed, max_tier=cfg.select.max_tier,
-                         tier_bins=cfg.select.tier_bins, train_seed=seed)
-            artifacts.write_parquet(layout.selection_file(cfg, strategy, seed), sel)
-            selections[strategy if seed is None else layout.run_id(strategy, seed)] = sel
+    for arm in cfg.arms:
+        for seed in cfg.train.seeds if per_seed(arm.policy) else [None]:
+            sel = select_arm(cfg, prompts, arm, seed)
+            artifacts.write_parquet(layout.selection_file(cfg, arm.name, seed), sel)
+            selections[arm.name if seed is None else layout.run_id(arm.name, seed)] = sel
     summary = summarize(selections, prompts, cfg.train.group_size)
     artifacts.write_csv(layout.select_dir(cfg) / "summary.csv", summary)
     return summary
 
 
 def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
-    """Every selection the study made, by strategy (``<strategy>-seed<s>`` for a per-seed policy)."""
+    """Every selection the study made, by arm (``<arm>-seed<s>`` for a per-seed policy)."""
     out = {}
-    for strategy in cfg.select.strategies:
-        for seed in cfg.train.seeds if per_seed(strategy) else [None]:
-            path = layout.selection_file(cfg, strategy, seed)
+    for arm in cfg.arms:
+        for seed in cfg.train.seeds if per_seed(arm.policy) else [None]:
+            path = layout.selection_file(cfg, arm.name, seed)
             if not path.exists():
-                raise FileNotFoundError(f"{path}: no selection for strategy {strategy!r}; run the select stage")
-            out[strategy if seed is None else layout.run_id(strategy, seed)] = artifacts.read_parquet(path, "02_select")
+                raise FileNotFoundError(f"{path}: no selection for arm {arm.name!r}; run the select stage")
+            out[arm.name if seed is None else layout.run_id(arm.name, seed)] = artifacts.read_parquet(path, "02_select")
     return out

@@ -236,11 +236,11 @@ class ControlReward:
                 "mean_from": "the probe's mean p_hat over the run's selection"}
 
 
-def control_reward(strategy: str, rows: pd.DataFrame, seed: int) -> ControlReward | None:
-    """The control arm's reward for this run, None for every other strategy. Its mean is the
+def control_reward(policy: str, rows: pd.DataFrame, seed: int) -> ControlReward | None:
+    """The control arm's reward for this run (policy ``random_reward``), None for every other. Its mean is the
     probe's mean p_hat over the selected prompts: the expected verifier reward of the base
     model on them, i.e. the real reward's mean at step 0."""
-    return ControlReward(float(rows["p_hat"].mean()), seed) if strategy == select.CONTROL else None
+    return ControlReward(float(rows["p_hat"].mean()), seed) if policy == select.CONTROL else None
 
 
 class Recorder(TrainerCallback):
@@ -408,8 +408,10 @@ class Trainer(GRPOTrainer):
 
 
 def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
-    """Train one (strategy, seed) run; resume it if interrupted, skip it if finished. Returns its
-    folder. One writer at a time: a second process training the same run is refused."""
+    """Train one (arm, seed) run (``strategy``: the arm's name); resume it if interrupted, skip it
+    if finished. Returns its folder. One writer at a time: a second process training the same
+    run is refused. The arm's own training settings apply (:meth:`Config.for_arm`)."""
+    cfg = cfg.for_arm(strategy)
     run_dir = layout.run_dir(cfg, strategy, seed)
     if not devices.is_main_process():  # under a launcher the main process holds the lock and writes
         return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
@@ -420,8 +422,8 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
 def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
     ckpt_dir = run_dir / CHECKPOINTS
     rows = selected_rows(cfg, strategy, seed)
-    key = layout.run_key(cfg, list(rows["id"]))
-    control = control_reward(strategy, rows, seed)
+    control = control_reward(cfg.arm(strategy).policy, rows, seed)
+    key = layout.run_key(cfg, list(rows["id"]), control.describe() if control else None)
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
@@ -486,6 +488,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file},
         "task": task.describe(),
         "strategy": strategy,
+        "policy": cfg.arm(strategy).policy,
         "seed": seed,
         "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), study),
         "reward": control.describe() if control else {"kind": "verifier"},
@@ -520,7 +523,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
 
 
 def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
-    """Every (strategy, seed) run of the study, ``cfg.workers`` at a time; run id -> folder."""
+    """Every (arm, seed) run of the study, ``cfg.workers`` at a time; run id -> folder."""
     runs = layout.planned_runs(cfg)
     ids = [layout.run_id(s, seed) for s, seed in runs]
     done = parallel.run_jobs(train_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
@@ -531,7 +534,7 @@ def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     """One run from the command line; the way to train on several GPUs:
 
-        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --strategy hard --seed 0
+        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0
 
     Each process trains on its share of every update (diffgrpo.devices.batching); the main
     process writes the run's files. The study's 03_train stage then finds the run finished."""
@@ -542,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("params_file", help="a file in params/ (name or path)")
-    ap.add_argument("--strategy", required=True, help="a selection made by the select stage")
+    ap.add_argument("--arm", "--strategy", dest="arm", required=True, help="an arm of the params file's `arms`")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")
@@ -552,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--force with several processes would race to delete the run: start it over "
                          "with one process first, or remove the run folder")
     cfg = params.load(args.params_file, overrides=parse_overrides(args.overrides))
-    run_dir = train_run(cfg, args.strategy, args.seed, progress=devices.is_main_process(), force=args.force)
+    run_dir = train_run(cfg, args.arm, args.seed, progress=devices.is_main_process(), force=args.force)
     if devices.is_main_process():
         print(f"run: {run_dir}")
     return 0
