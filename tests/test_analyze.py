@@ -13,7 +13,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo import analyze, layout  # noqa: E402
+from diffgrpo import analyze, layout, tables, uncertainty  # noqa: E402
+from diffgrpo.reports import paper000, paper_numbers  # noqa: E402
 from diffgrpo.params import Config  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
@@ -82,6 +83,7 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
             manifest = {"key": {"train": {"seed": seed}}, "model": {"name": "tiny", "path": "x"},
                         "task": {"name": "shuffled_objects"},
                         "strategy": strategy, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
+                        "num_prompts": 3 if strategy == "easy" else 4,
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
             _groups(strategy).to_parquet(run / "groups.parquet")
@@ -157,7 +159,7 @@ def test_missing_eval_summary_names_the_file(study):
 
 def test_fit_line_matches_numpy():
     x, y = np.array([3.0, 10.0, 24.0, 30.0, 41.0]), np.array([1.0, 12.0, 20.0, 35.0, 38.0])
-    fit = analyze.fit_line(x, y)
+    fit = uncertainty.fit_line(x, y)
     slope, intercept = np.polyfit(x, y, 1)
     assert fit["slope"] == pytest.approx(slope, abs=1e-4)
     assert fit["intercept"] == pytest.approx(intercept, abs=1e-4)
@@ -168,7 +170,7 @@ def test_fit_line_matches_numpy():
 @pytest.mark.parametrize("x, y, why", [([1, 2], [1, 2], "at least 3"), ([5, 5, 5], [1, 2, 3], "same learnable"),
                                        ([1, 2, 3], [4, 4, 4], "same gain")])
 def test_fit_line_says_why_r2_is_undefined(x, y, why):
-    fit = analyze.fit_line(x, y)
+    fit = uncertainty.fit_line(x, y)
     assert fit["r2"] is None and why in fit["note"]
 
 
@@ -176,21 +178,21 @@ def test_paper_regression_from_reported_numbers():
     """003's Figure 3 states R^2 = 0.66; its 28 (learnable %, gain) points (Tables 1+2: 3 models
     x 2 datasets x 4 strategies, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
     0.670 and the 16 GSM8K points 0.659, the subset nearest the stated value."""
-    rep = analyze.reported(["003"])
-    points = analyze.paper_points(rep)
+    rep = paper_numbers.reported(["003"])
+    points = paper_numbers.paper_points(rep)
     assert len(points) == 28
-    fit = analyze.paper_regression(points, rep)
+    fit = paper_numbers.paper_regression(points, rep)
     assert fit["n"] == 28 and fit["r2"] == pytest.approx(0.6407, abs=1e-3)
     assert fit["slope"] == pytest.approx(0.8729, abs=1e-3)
     assert "0.66" in fit["note"] and "gsm8k only" in fit["note"]
-    regs = analyze.paper_regressions(points).set_index("subset")
+    regs = paper_numbers.paper_regressions(points).set_index("subset")
     assert regs.loc["Tables 1+2", "n"] == 24 and regs.loc["Tables 1+2", "r2"] == pytest.approx(0.6699, abs=1e-3)
     assert regs.loc["gsm8k only", "n"] == 16 and regs.loc["gsm8k only", "r2"] == pytest.approx(0.6591, abs=1e-3)
 
 
 def test_reported_numbers_keep_every_paper():
-    rep = analyze.reported()
-    assert list(rep.columns) == analyze.REPORTED_COLUMNS and (rep["source"] != "").all()
+    rep = paper_numbers.reported()
+    assert list(rep.columns) == paper_numbers.REPORTED_COLUMNS and (rep["source"] != "").all()
     value = lambda **kw: rep.loc[np.logical_and.reduce([rep[k] == v for k, v in kw.items()]), "value"].item()  # noqa: E731
     assert value(table="Table 1", dataset="gsm8k", model="Qwen/Qwen3-14B", strategy="hard") == 39.42
     assert value(table="Table 2", dataset="bbh_shuffled_objects", model="microsoft/phi-4", strategy="random") == 19.3
@@ -203,7 +205,7 @@ def test_reported_numbers_keep_every_paper():
     assert sorted(rep.loc[rep["paper"] == "002", "value"]) == [35.3, 50.0, 51.9, 77.1, 89.2]
     assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 3, "002": 5, "003": 62}
     with pytest.raises(ValueError, match="004"):
-        analyze.reported(["004"])
+        paper_numbers.reported(["004"])
 
 
 # ---- tables and figures' data -----------------------------------------------------------
@@ -212,24 +214,34 @@ def test_reported_numbers_keep_every_paper():
 def test_accuracy_curves_start_at_the_base_model(study):
     root = layout.study_dir(study)
     evals = analyze.read_evals(root, ["easy-seed0", "easy-seed1", "hard-seed0", "hard-seed1"])
-    curves = analyze.accuracy_curves(evals, "greedy_acc")
+    curves = tables.accuracy_curves(evals, "greedy_acc")
     hard = curves[curves["strategy"] == "hard"].set_index("step")
     assert list(hard.index) == [0, 5, 10]
     assert hard["value"].tolist() == pytest.approx([0.40, 0.4625, 0.525])
     assert hard["n"].tolist() == [2, 2, 2] and hard.loc[10, "sd"] == pytest.approx(np.std([0.52, 0.53], ddof=1))
 
 
-def test_steps_to_match_the_all_run():
-    curves = pd.DataFrame({"strategy": ["all"] * 3 + ["tiers"] * 3 + ["easy"] * 3, "step": [0, 50, 100] * 3,
+def test_steps_to_match_the_all_run_only_where_the_data_support_it():
+    curves = pd.DataFrame({"strategy": ["all"] * 3 + ["lower"] * 3 + ["easy"] * 3, "step": [0, 50, 100] * 3,
                            "value": [0.4, 0.5, 0.6, 0.4, 0.6, 0.7, 0.4, 0.45, 0.5]})
-    out = analyze.steps_to_match(curves).set_index("strategy")["value"]
-    assert out["tiers"] == 50.0 and np.isnan(out["easy"])
+    gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [12.0], "ci_high": [28.0]})
+    out = paper000.steps_to_match(curves, gained, "lower", "all", save_steps=50)
+    assert (out["step"], out["frac_of_steps"], out["target_acc"], out["resolution_frac"], out["reason"]) == (
+        50, 0.5, 0.6, 0.5, None)
+    never = paper000.steps_to_match(curves, gained, "easy", "all", save_steps=50)
+    assert never["step"] is None and never["frac_of_steps"] is None and "never reaches" in never["reason"]
+    # the tiny study's case: the all-tier arm gained nothing distinguishable from 0 -> null, not 50%
+    flat = pd.DataFrame({"strategy": ["all"], "gain_pp": [0.0], "ci_low": [-3.0], "ci_high": [3.0]})
+    nothing = paper000.steps_to_match(curves, flat, "lower", "all", save_steps=50)
+    assert nothing["frac_of_steps"] is None and "does not exclude 0" in nothing["reason"]
+    missing = paper000.steps_to_match(curves, gained, "lower", None, save_steps=50)
+    assert missing["step"] is None and "policy `all`" in missing["reason"]
 
 
 def test_tiers_and_selections(study):
     root = layout.study_dir(study)
     ids = ["easy-seed0", "easy-seed1", "hard-seed0", "hard-seed1"]
-    tiers = analyze.tier_accuracy(analyze.read_evals(root, ids, "tiers.parquet"),
+    tiers = tables.tier_accuracy(analyze.read_evals(root, ids, "tiers.parquet"),
                                   analyze.read_evals(root, ids), "greedy_acc")
     t = tiers.set_index(["strategy", "tier"])["value"]
     assert list(tiers["strategy"].unique()) == ["base", "easy", "hard"]
@@ -242,8 +254,7 @@ def test_tiers_and_selections(study):
 
 REPORT_FILES = {
     "runs.csv", "runs.md", "table1_gain.csv", "table1_gain.md", "table2_learnable.csv", "table2_learnable.md",
-    "table4_pass_k.csv", "table4_pass_k.md", "table_accuracy.csv", "table_accuracy.md", "steps_to_match.csv",
-    "steps_to_match.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
+    "table4_pass_k.csv", "table4_pass_k.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
 }
@@ -257,7 +268,12 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert json.loads(text) == summary and str(tmp_path) not in text
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
-                            "arms", "contrasts", "bootstrap"}
+                            "arms", "contrasts", "bootstrap", "eval_sets", "003"}  # analyze.reports: ["003"]
+    assert summary["eval_sets"] == ["test"]
+    assert summary["003"]["table4"] == [
+        {"arm": arm, "eval_set": "test", "k": k, "pass_at_k": v} for k, vs in ((1, (0.3, 0.3125, 0.3625)),
+                                                                              (8, (0.6, 0.625, 0.725)))
+        for arm, v in zip(("base", "easy", "hard"), vs)]
     assert summary["metric"] == "greedy_acc" and summary["best"] == "hard" and summary["skipped"] == []
     # easy's selection has p_hat 1, 1, 0.9: predicted learnable = mean(1 - p^8 - (1-p)^8)
     easy_predicted = round(100 * (1 - 0.9**8 - 0.1**8) / 3, 4)
@@ -293,19 +309,55 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert set(table1["source"]) == {"ours", "003 Table 1", "003 Table 3"} and len(table1) == 2 + 28
     md = (out / "table1_gain.md").read_text()
     cell = lambda arm: f"{arm['gain_pp']:.2f} [{arm['ci95'][0]:.2f}, {arm['ci95'][1]:.2f}]"  # noqa: E731
-    assert (f"| ours | shuffled_objects | tiny | gain_pp | {cell(summary['arms']['easy'])} |  | "
-            f"{cell(summary['arms']['hard'])} |  |") in md
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines() if line.startswith("|")]
+    assert ["ours", "shuffled_objects", "tiny", "gain_pp", cell(summary["arms"]["easy"]), "",
+            cell(summary["arms"]["hard"]), ""] in rows
     pass_k = pd.read_csv(out / "table4_pass_k.csv")
-    assert pass_k.loc[pass_k["source"] == "ours", "strategy"].tolist() == ["base", "easy", "hard"]
+    ours = pass_k[pass_k["source"] == "ours"]
+    assert ours["strategy"].tolist() == ["base", "easy", "hard"] * 2 and set(ours["dataset"]) == {"test"}
+    assert ours["metric"].tolist() == ["pass@1"] * 3 + ["pass@8"] * 3 and ours["value"].iloc[-1] == pytest.approx(72.5)
+    assert pass_k.loc[pass_k["source"] == "003 Table 4", "value"].tolist() == [33.3, 33.3, 26.7, 40.0, 33.3]
     assert "14.3" in (out / "paper_tables.md").read_text()
 
 
 def test_report_without_a_paper(study):
-    summary = analyze.report(study.replace(**{"analyze.paper": None, "analyze.metric": "pass@1"}))
+    summary = analyze.report(study.replace(**{"analyze.reports": [], "analyze.metric": "pass@1"}))
     assert summary["metric"] == "pass@1" and summary["paper_regression"]["n"] == 0
     assert summary["paper_regression"]["r2"] is None and summary["paper_regression"]["note"]
-    table1 = pd.read_csv(layout.report_dir(study) / "table1_gain.csv")
-    assert set(table1["source"]) == {"ours"}
+    assert not {"003", "001", "000"} & set(summary)
+    assert not (layout.report_dir(study) / "table1_gain.csv").exists()  # a paper's tables come with its report
+
+
+def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
+    """The synthetic study has easy and hard arms only: no base-wrong / base-right pair, no
+    lower-tier or all arm, no further evaluation set. Each section says so instead of a number."""
+    summary = analyze.report(study.replace(**{"analyze.reports": ["003", "001", "000"]}))
+    s001, s000 = summary["001"], summary["000"]
+    assert s001["arms"] == {"easy": {"acc": 0.425, "gain_pp": 2.5, "n_train": 3},
+                            "hard": {"acc": 0.525, "gain_pp": 12.5, "n_train": 4}}
+    assert s001["rel_improvement_wrong_vs_right_pct"] is None and "no base-wrong / base-right pair" in s001["reason"]
+    assert s000["steps_to_match"]["frac_of_steps"] is None and "policy `all`" in s000["steps_to_match"]["reason"]
+    assert s000["transfer"] == [] and "evaluate.sets" in s000["transfer_reason"]
+    tiers = {(r["arm"], r["tier"]): (r["base_acc"], r["final_acc"]) for r in s000["tiers"]}
+    assert tiers["hard", 1] == (0.5, 0.625) and tiers["easy", 2] == (0.3, 0.325)
+    out = layout.report_dir(study)
+    for name in ("table_accuracy.md", "steps_to_match.md", "table_tiers_000.md", "transfer_000.md"):
+        assert (out / name).stat().st_size > 0
+    assert "Definition: first evaluated checkpoint" in (out / "steps_to_match.md").read_text()
+
+
+def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
+    """Arms named freely: which is base-wrong is read from the policy."""
+    cfg = study.replace(**{"study": "s001", "analyze.reports": ["001"], "arms": [
+        {"name": "easy", "policy": "base_right_matched"}, {"name": "hard", "policy": "base_wrong_matched"}]})
+    shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
+    s001 = analyze.report(cfg)["001"]
+    assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("hard", "easy", None)
+    assert s001["rel_improvement_wrong_vs_right_pct"] == pytest.approx(100 * (0.525 - 0.425) / 0.425, abs=1e-4)
+    (pair,) = s001["contrasts"]
+    assert (pair["a"], pair["b"], pair["diff_pp"]) == ("easy", "hard", -10.0) and pair["ci95"][1] < 0
+    table = pd.read_csv(layout.report_dir(cfg) / "table_accuracy.csv")
+    assert table.loc[table["metric"] == "rel_gain_vs_base_right_pct", "value"].tolist()[0] == pytest.approx(23.5294)
 
 
 # ---- intervals (issue 11) ---------------------------------------------------------------
@@ -323,13 +375,13 @@ def test_identical_arms_give_a_contrast_interval_around_zero_and_p_holm_one():
     scores = _scores({**{("a", s): v for s, v in same.items()}, **{("b", s): v for s, v in same.items()},
                       # c: another draw from the same distribution, not the same numbers
                       **{("c", s): (rng.random(300) < 0.5).astype(float) for s in range(3)}}, base)
-    boot = analyze.Bootstrap(300, 2000, 0)
-    pairs = analyze.contrasts(scores, boot).set_index(["a", "b"])
+    boot = uncertainty.Bootstrap(300, 2000, 0)
+    pairs = uncertainty.contrasts(scores, boot).set_index(["a", "b"])
     ab = pairs.loc[("a", "b")]
     assert ab["diff_pp"] == 0 and ab["ci_low"] == ab["ci_high"] == 0 and ab["p"] == 1 and ab["p_holm"] == 1
     ac = pairs.loc[("a", "c")]
     assert ac["ci_low"] < 0 < ac["ci_high"] and ac["p_holm"] > 0.5 and not ac["significant_holm"]
-    arms = analyze.arm_intervals(scores, boot).set_index("strategy")
+    arms = uncertainty.arm_intervals(scores, boot).set_index("strategy")
     assert arms.loc["a", "ci_low"] < arms.loc["a", "gain_pp"] < arms.loc["a", "ci_high"]
     assert arms.loc["a", "n_seeds"] == 3
 
@@ -338,8 +390,8 @@ def test_always_right_against_always_wrong_excludes_zero():
     n = 100
     scores = _scores({**{("right", s): np.ones(n) for s in range(2)}, **{("wrong", s): np.zeros(n) for s in range(2)},
                       ("noisy", 0): (np.arange(n) % 2).astype(float), ("noisy", 1): (np.arange(n) % 3 == 0).astype(float)})
-    pairs = analyze.contrasts(scores, analyze.Bootstrap(n, 1000, 0)).set_index(["a", "b"])
-    rw = pairs.loc[("right", "wrong")]  # analyze.strategy_order: alphabetical after 003's four
+    pairs = uncertainty.contrasts(scores, uncertainty.Bootstrap(n, 1000, 0)).set_index(["a", "b"])
+    rw = pairs.loc[("right", "wrong")]  # tables.strategy_order: alphabetical after 003's four
     assert rw["diff_pp"] == 100 and rw["ci_low"] == 100 and rw["excludes_zero"]
     assert rw["p"] == pytest.approx(2 / 1001) and rw["significant_holm"]
     assert pairs.loc[("noisy", "right"), "ci_high"] < 0 and pairs.loc[("noisy", "wrong"), "ci_low"] > 0
@@ -350,8 +402,8 @@ def test_interval_width_shrinks_with_more_prompts():
     widths = {}
     for n in (50, 200, 800):
         final = {("a", s): (rng.random(n) < 0.6).astype(float) for s in range(3)}
-        arm = analyze.arm_intervals(_scores(final, (rng.random(n) < 0.4).astype(float)),
-                                    analyze.Bootstrap(n, 2000, 0)).iloc[0]
+        arm = uncertainty.arm_intervals(_scores(final, (rng.random(n) < 0.4).astype(float)),
+                                    uncertainty.Bootstrap(n, 2000, 0)).iloc[0]
         widths[n] = arm["ci_high"] - arm["ci_low"]
     assert widths[50] > widths[200] > widths[800]
     assert widths[50] / widths[800] == pytest.approx(4, rel=0.35)  # 1/sqrt(n)
@@ -364,24 +416,24 @@ def test_seed_spread_widens_the_interval():
     base = np.zeros(n)
     agree = {("a", s): (np.arange(n) < 200).astype(float) for s in range(3)}
     spread = {("a", s): (np.arange(n) < k).astype(float) for s, k in enumerate((120, 200, 280))}
-    boot = analyze.Bootstrap(n, 2000, 0)
-    w = lambda f: np.ptp(analyze.arm_intervals(_scores(f, base), boot).iloc[0][["ci_low", "ci_high"]])  # noqa: E731
+    boot = uncertainty.Bootstrap(n, 2000, 0)
+    w = lambda f: np.ptp(uncertainty.arm_intervals(_scores(f, base), boot).iloc[0][["ci_low", "ci_high"]])  # noqa: E731
     assert w(spread) > 1.5 * w(agree)
 
 
 def test_holm_on_known_p_values():
     p = [0.01, 0.04, 0.03, 0.005]
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06
-    assert analyze.holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert analyze.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
-    assert analyze.holm([0.02]) == pytest.approx([0.02])
-    assert (analyze.holm(p) >= np.array(p)).all()
+    assert uncertainty.holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert uncertainty.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert uncertainty.holm([0.02]) == pytest.approx([0.02])
+    assert (uncertainty.holm(p) >= np.array(p)).all()
 
 
 def test_boot_p_is_two_sided():
-    assert analyze.boot_p(np.zeros(99)) == 1.0
-    assert analyze.boot_p(np.ones(99)) == pytest.approx(0.02)
-    assert analyze.boot_p(np.r_[np.ones(89), -np.ones(10)]) == pytest.approx(0.22)
+    assert uncertainty.boot_p(np.zeros(99)) == 1.0
+    assert uncertainty.boot_p(np.ones(99)) == pytest.approx(0.02)
+    assert uncertainty.boot_p(np.r_[np.ones(89), -np.ones(10)]) == pytest.approx(0.22)
 
 
 def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
@@ -389,19 +441,19 @@ def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
                          "ci_high": [9.0, 8.0], "n_seeds": [1, 1]})
     pairs = pd.DataFrame({"a": ["easy"], "b": ["hard"], "diff_pp": [-1.0], "ci_low": [-4.0], "ci_high": [2.0],
                           "p": [0.5], "p_holm": [0.5], "significant_holm": [False]})
-    line, best = analyze.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
+    line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
     assert best is None and "not distinguishable at this size: the lead of +1.0 [-2.0, +4.0] points over easy" in line
     assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed-to-seed spread is not in them))")
-    line, best = analyze.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
+    line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
     assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy excludes 0" in line
 
 
 def test_r2_interval_over_runs():
     x, y = np.arange(12.0), np.arange(12.0) + np.tile([0.0, 3.0], 6)
-    lo, hi = analyze.r2_interval(x, y, 1000, 0)
-    r2 = analyze.fit_line(x, y)["r2"]
+    lo, hi = uncertainty.r2_interval(x, y, 1000, 0)
+    r2 = uncertainty.fit_line(x, y)["r2"]
     assert lo < r2 < hi <= 1
-    assert analyze.r2_interval([1, 2], [1, 2], 100, 0) is None
+    assert uncertainty.r2_interval([1, 2], [1, 2], 100, 0) is None
 
 
 def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):

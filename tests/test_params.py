@@ -125,3 +125,10 @@ def test_an_evaluation_set_replaces_the_test_rows_and_settings_it_names():
     assert layout.eval_key(ood) != layout.eval_key(cfg)
     assert layout.eval_dir(cfg, "base", "ood").parts[-2:] == ("eval-ood", "base")
     assert layout.eval_dir(cfg, "base").parts[-2:] == ("eval", "base")
+
+
+def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path):
+    f = tmp_path / "twice.yaml"
+    f.write_text("evaluate:\n  n_samples: 2\ntrain:\n  max_steps: 3\nevaluate:\n  pass_k: [1]\n")
+    with pytest.raises(ParamsError, match=r"twice.yaml: not valid YAML.*\['evaluate'\] given twice"):
+        params.load(f)

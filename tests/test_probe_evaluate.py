@@ -138,3 +138,24 @@ def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeyp
     (out / "manifest.json").unlink()
     with pytest.raises(AssertionError, match="the model was loaded"):
         evaluate.evaluate_base(cfg, progress=False)
+
+
+def test_an_evaluation_set_is_scored_on_its_own_rows_with_its_own_settings(cfg, monkeypatch):
+    """An OOD set (more swaps than training saw) scores the base model on its own rows, in
+    eval-<set>/, with its own pass@k; the held-out test set's files stay where they were."""
+    from diffgrpo import data
+
+    cfg = cfg.replace(**{"evaluate.sets": [{"name": "ood", "task_options": {"people": [3, 5], "swaps": [9, 10]},
+                                            "size": 6, "n_samples": 2, "pass_k": [1, 2]}]})
+    ood = cfg.for_eval_set("ood")
+    rows = pd.concat([data.load_test(cfg), data.load_test(ood)], ignore_index=True)
+    task = get(cfg.dataset.task, **cfg.dataset.task_options)
+    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))
+    test_dir, ood_dir = evaluate.evaluate_base(cfg, progress=False), evaluate.evaluate_base(cfg, False, "ood")
+    assert test_dir == layout.eval_dir(cfg, "base") and ood_dir.parent.name == "eval-ood"
+    test, out = pd.read_parquet(test_dir / "summary.parquet"), pd.read_parquet(ood_dir / "summary.parquet")
+    assert test["n_prompts"].iloc[0] == cfg.dataset.test_size and "pass@4" in test
+    assert out["n_prompts"].iloc[0] == 6 and "pass@2" in out and "pass@4" not in out
+    assert set(pd.read_parquet(ood_dir / "tiers.parquet")["tier"]) <= {9, 10}
+    assert evaluate.read_summary(cfg, "base", eval_set="ood").equals(out)

@@ -216,9 +216,3 @@ def evaluate_runs(cfg: Config, progress: bool = True) -> pd.DataFrame:
     parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=names, progress=progress, desc="evaluate")
     return pd.concat([read_summary(cfg, layout.run_id(s, seed)) for s, seed in runs], ignore_index=True)
 
-
-def read_set_summaries(cfg: Config) -> pd.DataFrame:
-    """Every evaluation set's summaries (base and every run), stacked, with an ``eval_set`` column."""
-    rids = [layout.BASE_RUN] + [layout.run_id(s, seed) for s, seed in layout.planned_runs(cfg)]
-    return pd.concat([read_summary(cfg, rid, eval_set=e).assign(eval_set=e)
-                      for e in cfg.eval_set_names() for rid in rids], ignore_index=True)

@@ -196,7 +196,8 @@ class EvaluateConfig:
 @dataclass(frozen=True)
 class AnalyzeConfig:
     metric: Literal["greedy_acc", "pass@1"] = _f("greedy_acc", doc="the accuracy tables report")
-    paper: str | None = _f("003", doc="reported numbers to show beside ours (null: none)")
+    reports: list[str] = _f(factory=lambda: ["003"], doc="the papers whose report to write, each beside its "
+                            "reported numbers (diffgrpo.reports): \"003\", \"001\", \"000\"; quoted, as YAML reads 003 as 3")
     bootstrap: int = _f(2000, lo=100, doc="resamples of the intervals (test prompts x seeds, and runs for R^2)")
     seed: int = _f(0, lo=0, doc="seed of the bootstrap's resampling")
 
@@ -288,6 +289,7 @@ MOVED = {
     "select.strategies": "the top-level `arms:` (a list of arms; `arms: [hard, easy, middle, random]` is "
                          "today's default, see params/defaults.yaml)",
     "train.strategies": "the top-level `arms:` (list only the arms to train)",
+    "analyze.paper": '`analyze.reports` (a list of papers, quoted: ["003"])',
 }
 
 
@@ -363,6 +365,11 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
     _check_arms(cfg, fail)
     _check_eval_sets(cfg, fail)
+    from .reports import PAPERS
+
+    unknown = [r for r in cfg.analyze.reports if r not in PAPERS]
+    if unknown or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
+        fail("analyze.reports", f"= {cfg.analyze.reports}: each of {list(PAPERS)} at most once")
 
 
 #: a name that is safe as a folder and file name, and cannot be read as another run's id
@@ -423,9 +430,25 @@ def dump(cfg: Config) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently: a second `evaluate:` block would drop the first)."""
+
+
+def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    dup = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if dup:
+        raise yaml.constructor.ConstructorError(None, None, f"key(s) {dup} given twice in one mapping", node.start_mark)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_StrictLoader) or {}
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):

@@ -1,0 +1,123 @@
+"""The report's figures (matplotlib Figure objects, no pyplot state: safe in tests and
+notebooks); each is checked by the data behind it, not by its pixels."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from . import layout
+from .tables import FIRST_STEPS_FRAC, METRIC_NAMES, STRATEGY_ORDER, strategy_order
+from .uncertainty import fit_line
+
+def _colors(strategies: Iterable[str]) -> dict[str, str]:
+    """One color per strategy, the same in every figure: 003's four first, the base grey."""
+    others = [s for s in strategy_order(strategies) if s not in (layout.BASE_RUN, *STRATEGY_ORDER)]
+    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*STRATEGY_ORDER, *others])}
+
+
+
+def plot_accuracy_curves(curves: pd.DataFrame, metric: str) -> Figure:
+    """Figure 2: accuracy by checkpoint, one line per strategy (mean over seeds); band = the 95%
+    bootstrap interval over test prompts and seeds when ``curves`` has ``ci_low``/``ci_high``,
+    else the sd over seeds."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    colors = _colors(curves["strategy"])
+    has_ci = {"ci_low", "ci_high"} <= set(curves.columns)
+    for s, c in curves.groupby("strategy", sort=False):
+        ax.plot(c["step"], c["value"], marker="o", color=colors[s], label=s)
+        lo, hi = ((c["ci_low"], c["ci_high"]) if has_ci else
+                  (c["value"] - c["sd"].fillna(0), c["value"] + c["sd"].fillna(0)))
+        ax.fill_between(c["step"], lo, hi, color=colors[s], alpha=0.15, linewidth=0)
+    ax.axhline(curves.loc[curves["step"] == 0, "value"].iloc[0], color="grey", ls=":", label="base")
+    band = "95% interval (prompts x seeds)" if has_ci else "sd over seeds"
+    ax.set(xlabel="training step", ylabel=METRIC_NAMES.get(metric, metric), title=f"Accuracy by checkpoint; band: {band}")
+    ax.legend()
+    return fig
+
+
+
+def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str | None = None,
+                           stated_r2: float | None = None, r2_ci95: list[float] | None = None) -> Figure:
+    """Figure 3: learnable % vs gain with the least-squares line; ours, and the paper's reported
+    points refit (its title also gives the R^2 the paper states, which the refit need not match)."""
+    stated = "" if stated_r2 is None else f" (paper states {stated_r2:g})"
+    ours = "" if r2_ci95 is None else f" [{r2_ci95[0]:.2f}, {r2_ci95[1]:.2f}]"
+    panels = [("ours", runs, ours)] + ([(f"paper {paper}, refit", points, stated)] if len(points) else [])
+    fig = Figure(figsize=(5.5 * len(panels), 4.5))
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    colors = _colors(pd.concat([runs["strategy"], points["strategy"]]))
+    for ax, (title, df, note) in zip(axes, panels):
+        markers = dict(zip(df["model"].unique(), "osD^vP*X"))
+        for (s, m), d in df.groupby(["strategy", "model"], sort=False):
+            ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
+        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])]
+        handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
+        fit = fit_line(df["learnable_pct"], df["gain_pp"])
+        if fit["slope"] is not None:
+            xs = np.linspace(df["learnable_pct"].min(), df["learnable_pct"].max(), 2)
+            ax.plot(xs, fit["intercept"] + fit["slope"] * xs, "k--", lw=1)
+        r2 = "undefined" if fit["r2"] is None else f"{fit['r2']:.2f}"
+        ax.set(xlabel="learnable %", ylabel="gain (points)", title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
+        ax.legend(handles=handles, fontsize="x-small")
+    return fig
+
+
+
+def plot_learnability(arms: pd.DataFrame, group_size: int) -> Figure:
+    """Predicted learnable % at step 0 (from the probe's p_hat) against the observed one, over
+    the first steps and the whole run, per arm (mean over seeds); the diagonal is agreement."""
+    fig = Figure(figsize=(5.5, 4.5))
+    ax = fig.subplots()
+    colors = _colors(arms["strategy"])
+    for col, marker in (("learnable_first_pct", "o"), ("learnable_pct", "s")):
+        ax.scatter(arms["predicted_learnable_pct"], arms[col], c=[colors[s] for s in arms["strategy"]], marker=marker)
+    values = arms[["predicted_learnable_pct", "learnable_first_pct", "learnable_pct"]].to_numpy(float)
+    top = max(5.0, float(np.nanmax(values)) * 1.1) if np.isfinite(values).any() else 100.0
+    ax.plot([0, top], [0, top], color="grey", ls=":", lw=1)
+    handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arms["strategy"]]
+    handles += [Line2D([], [], ls="", marker="o", mfc="none", color="k", label=f"first {FIRST_STEPS_FRAC:.0%} of steps"),
+                Line2D([], [], ls="", marker="s", mfc="none", color="k", label="whole run")]
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel=f"predicted learnable % (mean of 1 - p^{group_size} - (1-p)^{group_size})",
+           ylabel="observed learnable %", title="Learnability: predicted from the probe vs observed")
+    ax.legend(handles=handles, fontsize="x-small")
+    return fig
+
+
+
+def plot_p_hat(selected: pd.DataFrame) -> Figure:
+    """Histogram of the base model's p_hat over each selection: what each strategy trains on."""
+    strategies = list(dict.fromkeys(selected["strategy"]))
+    fig = Figure(figsize=(6, 1.6 * len(strategies) + 0.6))
+    axes = np.atleast_1d(fig.subplots(len(strategies), 1, sharex=True))
+    colors = _colors(strategies)
+    for ax, s in zip(axes, strategies):
+        ax.hist(selected.loc[selected["strategy"] == s, "p_hat"], bins=np.linspace(0, 1, 21), color=colors[s])
+        ax.set_ylabel(s)
+    axes[-1].set_xlabel("p_hat (base model's success rate)")
+    axes[0].set_title("Difficulty of each selection")
+    return fig
+
+
+
+def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
+    """Accuracy per tier: grouped bars, base and each strategy's final checkpoint."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    wide = tiers.pivot(index="tier", columns="strategy", values="value")
+    strategies = strategy_order(wide.columns)
+    width = 0.8 / max(len(strategies), 1)
+    colors = _colors(strategies)
+    x = np.arange(len(wide.index))
+    for i, s in enumerate(strategies):
+        ax.bar(x + i * width, wide[s], width, color=colors[s], label=s)
+    ax.set_xticks(x + width * (len(strategies) - 1) / 2, [str(t) for t in wide.index])
+    ax.set(xlabel="tier", ylabel=METRIC_NAMES.get(metric, metric), title="Accuracy per difficulty tier")
+    ax.legend(fontsize="small")
+    return fig
+

@@ -1,0 +1,26 @@
+"""One report per paper, each a module named after it: ``paper003`` (Tables 1-4, Figure 3),
+``paper001`` (base-wrong vs base-right vs all), ``paper000`` (per tier, steps to match,
+transfer). A study asks for them by name (``analyze.reports: ["003", "001", "000"]``); each
+module's ``write(study)`` writes its tables into the report folder and returns its section of
+``summary.json`` (:func:`diffgrpo.analyze.report`). The numbers the papers report are data:
+:mod:`.paper_numbers`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+#: the papers a study can ask a report for
+PAPERS = ("003", "001", "000")
+
+
+def names() -> list[str]:
+    return list(PAPERS)
+
+
+def get(paper: str) -> ModuleType:
+    """The report module of ``paper`` (``"003"`` -> :mod:`diffgrpo.reports.paper003`)."""
+    if paper not in PAPERS:
+        raise ValueError(f"no report for paper {paper!r}; reports: {list(PAPERS)}")
+    return importlib.import_module(f"{__name__}.paper{paper}")

@@ -1,0 +1,64 @@
+"""Every params file in params/ builds every object a run of it would build, before any model
+is loaded: the GRPOConfig and LoRA config of every arm, every evaluation set's task and
+settings, every arm's selection definition. No GPU is lent here, so the GPU files are checked
+this way: an inconsistency fails here rather than an hour into a GPU job."""
+
+from __future__ import annotations
+
+import transformers
+import pytest
+from peft import LoraConfig
+from trl import GRPOConfig
+
+from diffgrpo import data, devices, params, select, tasks, train
+from diffgrpo.params import TEST_SET
+
+FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
+
+
+def test_the_gpu_files_layer_on_the_one_gpu_base():
+    gpu = [f for f in FILES if params.load(f).model.device == "cuda"]
+    assert len(gpu) >= 10 and "gpu.yaml" in gpu
+    for f in gpu:
+        chain = [p.name for p in params._with_includes(params.resolve(f), seen=set())]
+        assert chain[0] == "gpu.yaml", f"{f} does not layer on gpu.yaml: {chain}"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monkeypatch):
+    cfg = params.load(name)
+    if cfg.model.device == "cuda":
+        # TrainingArguments refuses bf16 without a GPU; what is checked here is our arguments
+        monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    task = data.task_of(cfg)  # the task and its options
+    assert cfg.arms and cfg.train.seeds
+    for arm in cfg.arms:
+        acfg = cfg.for_arm(arm.name)
+        # the selection's definition: a known policy, a budget that fits the pool and one update
+        assert arm.policy in select.STRATEGIES
+        if arm.policy in select.BUDGETED and cfg.dataset.pool_size is not None:
+            n = select.arm_budget(cfg, arm, cfg.dataset.pool_size)
+            assert n >= acfg.train.prompts_per_step, f"{name}: arm {arm.name} selects {n} prompts, fewer than one update"
+        if arm.policy == "tiers" and not getattr(task, "tiers", None):
+            assert cfg.select.tier_bins, f"{name}: arm {arm.name} needs tiers: the task has none, and no tier_bins"
+        if arm.policy.startswith("base_"):
+            assert cfg.probe.one_sample, f"{name}: arm {arm.name} needs probe.one_sample"
+        for seed in cfg.train.seeds:
+            args = GRPOConfig(**train.grpo_kwargs(acfg, seed, tmp_path / arm.name))
+            b = devices.batching(acfg.train.prompts_per_step, acfg.train.group_size, 1, acfg.train.per_device_prompts)
+            assert args.per_device_train_batch_size * args.gradient_accumulation_steps == (
+                acfg.train.prompts_per_step * acfg.train.group_size) == b.per_device_train_batch_size * b.gradient_accumulation_steps
+            assert (args.beta, args.loss_type, args.learning_rate, args.max_steps) == (
+                acfg.train.beta, acfg.train.loss_type, acfg.train.learning_rate, acfg.train.max_steps)
+        lora = train.lora_config(acfg)
+        assert isinstance(lora, LoraConfig) and lora.r == acfg.train.lora.r
+    for eval_set in cfg.eval_set_names():
+        scfg = cfg.for_eval_set(eval_set)
+        stask = data.task_of(scfg)
+        assert scfg.dataset.test_split in stask.splits, f"{name}: set {eval_set} reads split {scfg.dataset.test_split!r}"
+        assert all(1 <= k <= scfg.evaluate.n_samples for k in scfg.evaluate.pass_k)
+        assert scfg.model == cfg.model and scfg.train == cfg.train  # the same model and runs, other rows
+        if eval_set == TEST_SET:
+            assert scfg is cfg
+    assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.reports", fromlist=["PAPERS"]).PAPERS)
+    assert cfg.dataset.task in tasks.names()
