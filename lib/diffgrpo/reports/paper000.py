@@ -38,6 +38,11 @@ DEFINITION = ("first evaluated checkpoint at which the lower-tier arm's accuracy
               "set) reaches the all-tier arm's final accuracy, as a fraction of the all-tier arm's steps")
 
 
+#: the report's markdown tables and figures in the report folder (the notebook shows them)
+TABLES = ("table_tiers_000", "steps_to_match", "transfer_000")
+FIGURES = ()
+
+
 def arm_of(cfg, policy: str, ran: set[str]) -> str | None:
     return next((a.name for a in cfg.arms if a.policy == policy and a.name in ran), None)
 
@@ -119,7 +124,7 @@ def write(study) -> dict:
         "tiers": [{"arm": r["arm"], "tier": None if pd.isna(r["tier"]) else int(r["tier"]), "base_acc": _round(r["base_acc"]),
                    "final_acc": _round(r["final_acc"])} for r in tiers.to_dict("records")],
         "steps_to_match": match,
-        "transfer": [{"arm": r["arm"], "train_task": r["train_task"], "eval_set": r["eval_set"], "acc": _round(r["acc"])}
-                     for r in transfer.to_dict("records")],
+        "transfer": [{"arm": r["arm"], "train_task": None if pd.isna(r["train_task"]) else r["train_task"],
+                      "eval_set": r["eval_set"], "acc": _round(r["acc"])} for r in transfer.to_dict("records")],
         "transfer_reason": None if len(transfer) else "the study declares no evaluation set besides `test` (evaluate.sets)",
     }

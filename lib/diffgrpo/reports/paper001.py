@@ -30,6 +30,11 @@ from ..uncertainty import _round
 PAIRS = (("base_wrong_matched", "base_right_matched"), ("base_wrong", "base_right"))
 
 
+#: the report's markdown tables and figures in the report folder (the notebook shows them)
+TABLES = ("table_accuracy",)
+FIGURES = ()
+
+
 def arm_of(cfg, policy: str, ran: set[str]) -> str | None:
     """The first arm with ``policy`` that has complete runs."""
     return next((a.name for a in cfg.arms if a.policy == policy and a.name in ran), None)

@@ -26,6 +26,11 @@ from ..tables import DIGITS, beside, final_checkpoints, markdown, strategy_order
 from . import paper_numbers
 
 
+#: the report's markdown tables and figures in the report folder, in reading order (the notebook shows them)
+TABLES = ("table1_gain", "table2_learnable", "table4_pass_k", "paper_regression")
+FIGURES = ("fig3_learnable_vs_gain",)
+
+
 def pass_k_rows(set_evals: pd.DataFrame) -> pd.DataFrame:
     """Table 4's data: per evaluation set, arm and k, pass@k (fraction) of the base model and of
     each arm's final checkpoint, mean over seeds (``n``: how many)."""
