@@ -86,7 +86,7 @@ def test_the_default_arms_keep_the_run_keys_of_the_strategies_they_replace():
     without training settings trains with the study's own config, nothing arm-specific added)."""
     from diffgrpo import layout, select
 
-    cfg = params.load("embedded")
+    cfg = params.load("tiny")
     assert [a.name for a in cfg.arms] == ["hard", "easy", "middle", "random"]
     assert layout.planned_runs(cfg) == [("hard", 0), ("easy", 0), ("middle", 0), ("random", 0)]
     assert [select.selection_path(cfg, a, 0).name for a in ("hard", "random")] == ["hard.parquet", "random-seed0.parquet"]
@@ -132,3 +132,11 @@ def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path):
     f.write_text("evaluate:\n  n_samples: 2\ntrain:\n  max_steps: 3\nevaluate:\n  pass_k: [1]\n")
     with pytest.raises(ParamsError, match=r"twice.yaml: not valid YAML.*\['evaluate'\] given twice"):
         params.load(f)
+
+
+def test_an_evaluation_set_of_another_task_does_not_inherit_the_training_tasks_options():
+    cfg = params.load("embedded")
+    assert cfg.for_eval_set("ood_swaps").dataset.task_options["swaps"] == [9, 12]  # the set's own options
+    cfg = cfg.replace(**{"evaluate.sets": [{"name": "arith", "task": "arithmetic", "size": 10}]})
+    arith = cfg.for_eval_set("arith")
+    assert (arith.dataset.task, arith.dataset.task_options, arith.dataset.test_size) == ("arithmetic", {}, 10)

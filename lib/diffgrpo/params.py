@@ -168,7 +168,8 @@ class GenerationBackendConfig:
 class EvalSetConfig:
     """An evaluation set besides the held-out test set of the training task (which is always
     scored, as set ``test``). A null field takes the training dataset's value (``task``,
-    ``task_options``, ``source``, ``size``: ``dataset.*``; ``split``: ``dataset.test_split``) or
+    ``task_options`` (none when ``task`` is another task), ``source``, ``size``: ``dataset.*``;
+    ``split``: ``dataset.test_split``) or
     the evaluation's (``greedy``, ``n_samples``, ``pass_k``, ``max_new_tokens``: ``evaluate.*``)."""
 
     name: str = _f("", doc="the set's name in file paths and tables (not `test`)")
@@ -275,8 +276,11 @@ class Config:
         if not found:
             raise ParamsError(f"no evaluation set {name!r} in study {self.study!r}; its sets: {self.eval_set_names()}")
         s = found[0]
+        options = s.task_options
+        if options is None and s.task not in (None, self.dataset.task):
+            options = {}  # another task's options are not the training task's
         changes: dict[str, Any] = {k: v for k, v in {
-            "dataset.task": s.task, "dataset.task_options": s.task_options, "dataset.source": s.source,
+            "dataset.task": s.task, "dataset.task_options": options, "dataset.source": s.source,
             "dataset.test_split": s.split, "dataset.test_size": s.size, "evaluate.greedy": s.greedy,
             "evaluate.n_samples": s.n_samples, "evaluate.pass_k": s.pass_k,
             "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
