@@ -115,6 +115,25 @@ class LoraParams:
 
 
 @dataclass(frozen=True)
+class DynamicSamplingParams:
+    """DAPO's dynamic sampling (verl's ``filter_groups``), built on TRL in :mod:`diffgrpo.train`."""
+
+    enabled: bool = _f(False, doc="drop groups whose rewards are all equal and generate more until the update "
+                       "holds prompts_per_step mixed groups or max_rounds rounds were generated")
+    max_rounds: int = _f(4, lo=1, doc="generation rounds per update at most (the first included)")
+
+
+@dataclass(frozen=True)
+class LengthRewardParams:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the
+    verifier's reward with ``weight``; L_max is the run's (or level's) max_completion_length."""
+
+    weight: float = _f(0.0, lo=0.0, doc="multiplies the penalty (0: no length reward)")
+    cache: int = _f(16, lo=1, doc="DAPO's L_cache: the penalty ramps from 0 to -1 over the last `cache` tokens "
+                    "before max_completion_length")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     strategies: list[str] | None = _f(None, doc="which selections to train (null: all selected)")
     seeds: list[int] = _f(factory=lambda: [0], doc="one run per seed and strategy")
@@ -149,6 +168,37 @@ class TrainConfig:
     vllm_mode: Literal["colocate", "server"] = _f("colocate", doc="TRL's vllm_mode")
     vllm_gpu_memory_utilization: float = _f(0.3, lo=0.0, hi=1.0, doc="colocate: GPU memory share of vLLM")
     vllm_tensor_parallel_size: int = _f(1, lo=1, doc="colocate: GPUs per vLLM engine")
+    dynamic_sampling: DynamicSamplingParams = _f(factory=DynamicSamplingParams)
+    length_reward: LengthRewardParams = _f(factory=LengthRewardParams)
+    max_completions: int | None = _f(None, lo=1, doc="a budget of generated completions: the run stops at the "
+                                     "first step that reaches it (null: max_steps steps only)")
+
+
+@dataclass(frozen=True)
+class LevelParams:
+    """One level of paper 002's EPRLI curriculum (its symbols in brackets; docs/paper002.md)."""
+
+    name: str = _f("", doc="the level's name in records")
+    p_hat: list[float] | None = _f(None, doc="data D_l: pool prompts whose probe p_hat lies in [lo, hi]")
+    tiers: list[int] | None = _f(None, doc="data D_l: pool prompts of these dataset tiers (instead of p_hat)")
+    prompts: int = _f(1, lo=1, doc="prompts of D_l in the selection (a seeded draw from the band)")
+    steps: int = _f(1, lo=1, doc="updates of this level; the levels' steps sum to train.max_steps")
+    max_completion_length: int = _f(1, lo=1, doc="Len_l_max")
+    epsilon: float = _f(0.2, lo=0.0, doc="eps_l_low")
+    epsilon_high: float = _f(0.2, lo=0.0, doc="eps_l_high")
+    group_size: int = _f(2, lo=2, doc="G_l")
+    buffer_size: int = _f(1, lo=1, doc="N_l: mixed groups an update holds (the level's prompts per step)")
+    dynamic_sampling: bool = _f(True, doc="fill the buffer with mixed groups only (train.dynamic_sampling.max_rounds)")
+    length_reward_weight: float = _f(0.0, lo=0.0, doc="K_l: weight of the length reward (train.length_reward)")
+
+
+@dataclass(frozen=True)
+class EprliConfig:
+    """Paper 002's curriculum: the strategies ``eprli`` (levels in order), ``eprli_grpo`` (the
+    same prompts, one level with train.*) and ``eprli_dynamic`` (the same, with dynamic sampling)."""
+
+    levels: list[LevelParams] = _f(factory=list, doc="the levels in training order (L = len(levels))")
+    seed: int = _f(0, lo=0, doc="seed of the draw of each level's prompts from its band")
 
 
 @dataclass(frozen=True)
@@ -192,6 +242,7 @@ class Config:
     select: SelectConfig = _f(factory=SelectConfig)
     generation: GenerationBackendConfig = _f(factory=GenerationBackendConfig)
     train: TrainConfig = _f(factory=TrainConfig)
+    eprli: EprliConfig = _f(factory=EprliConfig)
     evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
     analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)
 
@@ -280,6 +331,34 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
+    _check_levels(cfg, fail)
+
+
+def _check_levels(cfg: Config, fail) -> None:
+    """The EPRLI levels (paper 002): required by its strategies, each with one data band."""
+    from .select import EPRLI  # the strategies that read eprli.levels
+
+    levels = cfg.eprli.levels
+    if any(s in EPRLI for s in cfg.select.strategies) and not levels:
+        fail("eprli.levels", f"is empty, and select.strategies names {[s for s in cfg.select.strategies if s in EPRLI]}, "
+                             "which train on the levels' prompts; declare the levels")
+    if not levels:
+        return
+    names = [lv.name for lv in levels]
+    if len(set(names)) != len(names) or not all(names):
+        fail("eprli.levels", f"names {names}: each level needs its own non-empty name")
+    for i, lv in enumerate(levels):
+        key = f"eprli.levels[{i}]"
+        if (lv.p_hat is None) == (lv.tiers is None):
+            fail(key, "sets both or neither of p_hat and tiers; its data is one of them")
+        if lv.p_hat is not None and not (len(lv.p_hat) == 2 and 0.0 <= lv.p_hat[0] <= lv.p_hat[1] <= 1.0):
+            fail(f"{key}.p_hat", f"= {lv.p_hat}: a band [lo, hi] with 0 <= lo <= hi <= 1")
+        if lv.tiers is not None and not lv.tiers:
+            fail(f"{key}.tiers", "is empty")
+    total = sum(lv.steps for lv in levels)
+    if total != cfg.train.max_steps:
+        fail("eprli.levels", f"steps add up to {total}, not train.max_steps = {cfg.train.max_steps}; a run's steps "
+                             "are its levels' steps")
 
 
 def dump(cfg: Config) -> str:
@@ -397,11 +476,42 @@ def _convert(cls: type, data: Any, prefix: str, origin: dict[str, str]) -> Any:
         dotted = f"{prefix}{f.name}"
         value = data[f.name]
         sub = _dataclass_of(hints[f.name])
+        item = _list_item_dataclass(hints[f.name])
         if sub is not None:
             kwargs[f.name] = _convert(sub, value, dotted + ".", origin)
+        elif item is not None:
+            kwargs[f.name] = _convert_items(item, value, dotted, where(dotted), origin)
         else:
             kwargs[f.name] = _check_value(value, hints[f.name], f.metadata, dotted, where(dotted))
     return cls(**kwargs)
+
+
+def _list_item_dataclass(tp: Any) -> type | None:
+    """The item type of ``list[SomeDataclass]``, else None."""
+    if get_origin(tp) is list and get_args(tp) and dataclasses.is_dataclass(get_args(tp)[0]):
+        return get_args(tp)[0]
+    return None
+
+
+def _convert_items(cls: type, value: Any, key: str, where: str, origin: dict[str, str]) -> list:
+    """A list of mappings, each converted to ``cls``; every item sets every key (an item has no
+    defaults.yaml behind it, and nothing is silently defaulted)."""
+    if not isinstance(value, list):
+        raise ParamsError(f"{where}: `{key}` must be a list of mappings, got {type(value).__name__}")
+    out = []
+    for i, item in enumerate(value):
+        prefix = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise ParamsError(f"{where}: `{prefix}` must be a mapping, got {item!r}")
+        _check_keys(item, cls, where, prefix + ".")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in item]
+        if missing:
+            raise ParamsError(f"{where}: `{prefix}` does not set {missing}; every item sets every key "
+                              f"({sorted(f.name for f in dataclasses.fields(cls))})")
+        for k in item:
+            origin.setdefault(f"{prefix}.{k}", where)
+        out.append(_convert(cls, item, prefix + ".", origin))
+    return out
 
 
 def _check_value(value: Any, tp: Any, meta: Any, key: str, where: str) -> Any:
