@@ -502,3 +502,84 @@ def test_length_reward_is_added_to_the_verifier_reward(make_cfg):
     diff = np.concatenate([np.asarray(r) - np.asarray(s) for r, s in zip(groups["rewards"], groups["scores"])])
     assert (diff <= 0).all() and (diff >= -0.5).all() and (diff < 0).any()
     assert set(np.round(diff / 0.5 * 4)) <= {0.0, -1.0, -2.0, -3.0, -4.0}  # steps of 1/L_cache
+
+
+# ---- EPRLI levels (paper 002) ---------------------------------------------------------------
+def _level(name, band, **kw):
+    return {"name": name, "p_hat": band, "tiers": None, "prompts": 4, "steps": 2, "max_completion_length": 8,
+            "epsilon": 0.2, "epsilon_high": 0.28, "group_size": 4, "buffer_size": 2, "dynamic_sampling": True,
+            "length_reward_weight": 0.0, **kw}
+
+
+@pytest.fixture
+def eprli_cfg(make_cfg):
+    cfg = make_cfg(n_select=8, max_steps=4)
+    levels = [_level("easy", [0.5, 1.0]), _level("hard", [0.0, 0.49], max_completion_length=6, group_size=2,
+                                                 epsilon=0.1, epsilon_high=0.3, length_reward_weight=0.5)]
+    cfg = cfg.replace(**{"eprli.levels": levels, "select.strategies": ["hard", "eprli"]})
+    from diffgrpo import select
+
+    pool = pd.read_parquet(layout.selection_file(cfg, "hard")).assign(tier=1)
+    sel = select.select(pool, "eprli", 8, 0, levels=cfg.eprli.levels, levels_seed=cfg.eprli.seed)
+    artifacts.write_parquet(layout.selection_file(cfg, "eprli"), sel)
+    return cfg
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading an adapter
+def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeypatch):
+    loaded = []
+    from_pretrained = train.peft.PeftModel.from_pretrained
+    monkeypatch.setattr(train.peft.PeftModel, "from_pretrained",
+                        lambda model, path, **kw: (loaded.append(path), from_pretrained(model, path, **kw))[1])
+    run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["steps_done"] == 4
+    assert [r["level"] for r in manifest["levels"]] == ["easy", "hard"]
+    assert [(r["first_step"], r["last_step"]) for r in manifest["levels"]] == [(1, 2), (3, 4)]
+    # the adapter carries over: level 2 starts from level 1's last checkpoint
+    assert loaded == [str(run / "levels" / "1-easy" / "checkpoints" / "checkpoint-2")]
+    groups = pd.read_parquet(run / "groups.parquet")
+    sel = pd.read_parquet(layout.selection_file(eprli_cfg, "eprli")).set_index("id")
+    assert (groups["level"] == sel.loc[groups["prompt_id"], "level"].to_numpy()).all()  # each level its own data
+    assert groups.groupby("level")["step"].agg(["min", "max"]).loc[["easy", "hard"]].values.tolist() == [[1, 2], [3, 4]]
+    assert set(groups[groups["level"] == "easy"]["rewards"].map(len)) == {4}
+    assert set(groups[groups["level"] == "hard"]["rewards"].map(len)) == {2}
+    assert groups[groups["kept"]]["learnable"].all()  # the levels' buffers hold mixed groups only
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert steps["step"].tolist() == [1, 2, 3, 4] and steps["level"].tolist() == ["easy"] * 2 + ["hard"] * 2
+    # each level's GRPOConfig carries its own length, clip bounds and group size
+    hard = json.loads((run / "levels" / "2-hard" / "trl_config.json").read_text())["grpo"]
+    assert (hard["max_completion_length"], hard["epsilon"], hard["epsilon_high"], hard["num_generations"]) == (6, 0.1, 0.3, 2)
+    # the run's checkpoints/ numbers them by the run's step (what the evaluate stage scores)
+    assert sorted(train.list_checkpoints(run / "checkpoints")) == [1, 2, 3, 4]
+    assert not (run / "checkpoints" / "checkpoint-4" / "optimizer.pt").exists()
+    for r in manifest["levels"]:
+        assert set(r) >= {"learnable_generated_pct", "learnable_kept_pct", "buffer_fill", "mean_completion_length",
+                          "completions_generated"}
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
+    whole = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    groups = pd.read_parquet(whole / "groups.parquet")
+    reference = list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list)))
+    import shutil
+
+    shutil.rmtree(whole)
+    correct = train.Recorder.correct
+
+    def flaky(self, *args, trainer_state, **kwargs):
+        if self.level == "hard" and trainer_state.global_step == 1:
+            raise KeyboardInterrupt("simulated interruption")
+        return correct(self, *args, trainer_state=trainer_state, **kwargs)
+
+    monkeypatch.setattr(train.Recorder, "correct", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    monkeypatch.setattr(train.Recorder, "correct", correct)
+    run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["resumed_from"] == [3]
+    groups = pd.read_parquet(run / "groups.parquet")
+    # same prompts, same sampled rewards: the resumed level restored its adapter, optimizer and RNG
+    assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list))) == reference
