@@ -892,8 +892,55 @@ def report(cfg: Config) -> dict:
         "bootstrap": {"resamples": cfg.analyze.bootstrap, "seed": cfg.analyze.seed, "level": 0.95,
                       "over": over, "n_prompts": n_prompts, "interval": "percentile"},
     }
+    if runs["strategy"].isin(select.EPRLI).any():
+        summary["002"] = paper002(cfg, runs)
+        write_text(out / "paper002.md", paper002_markdown(summary["002"]))
     write_json(out / "summary.json", summary)
     return summary
+
+
+def paper002(cfg: Config, runs: pd.DataFrame) -> dict:
+    """Paper 002's section of ``summary.json``: per EPRLI-family arm (``select.EPRLI``), its
+    accuracy, the completions it generated (the budget the arms are compared at), its updates,
+    learnable % of the groups generated (before dynamic sampling's filter) and of those kept
+    (after it), and for ``eprli`` its levels' records; beside the paper's reported numbers
+    (another model and other test sets: context, not a comparison)."""
+    root = layout.study_dir(cfg)
+    arms = {}
+    for r in runs[runs["strategy"].isin(select.EPRLI)].to_dict("records"):
+        rid = layout.run_id(r["strategy"], r["seed"])
+        manifest = read_json(root / "runs" / rid / "manifest.json")
+        groups = read_parquet(root / "runs" / rid / "groups.parquet", "03_train")
+        kept = groups[groups["kept"]] if "kept" in groups else groups
+        arms[rid] = {
+            "strategy": r["strategy"], "seed": r["seed"], "acc": _round(r["final_acc"]), "base_acc": _round(r["base_acc"]),
+            "gain_pp": _round(r["gain_pp"]), "steps": r["steps"],
+            "completions_generated": int(groups["rewards"].map(len).sum()),
+            "learnable_generated_pct": _round(100.0 * groups["learnable"].mean()),
+            "learnable_kept_pct": _round(100.0 * kept["learnable"].mean()) if len(kept) else None,
+            "levels": manifest.get("levels"),
+        }
+    rep = reported(["002"])
+    return {
+        "metric": cfg.analyze.metric,
+        "budget": {"max_completions": cfg.train.max_completions,
+                   "how": "each arm stops at the first update whose generated completions (dropped groups "
+                          "included) reach train.max_completions; EPRLI's levels each get their steps' share"},
+        "arms": arms,
+        "reported": rep[["dataset", "model", "strategy", "metric", "value", "source"]].to_dict("records"),
+    }
+
+
+def paper002_markdown(section: dict) -> str:
+    rows = pd.DataFrame([{"run": rid, **{k: v for k, v in a.items() if k not in ("levels", "strategy", "seed")}}
+                         for rid, a in section["arms"].items()])
+    levels = pd.DataFrame([{"run": rid, **lv} for rid, a in section["arms"].items() for lv in a["levels"] or []])
+    rep = pd.DataFrame(section["reported"])
+    return (f"# Paper 002: EPRLI vs single-level GRPO vs dynamic sampling alone ({section['metric']})\n\n"
+            f"Budget: {section['budget']['max_completions']} generated completions per arm; "
+            f"{section['budget']['how']}.\n\n{markdown(rows)}\n"
+            + (f"\n## EPRLI levels\n\n{markdown(levels)}\n" if len(levels) else "")
+            + f"\n## Reported by paper 002 (a 1.5B model, math benchmarks)\n\n{markdown(rep)}\n")
 
 
 def _paper_tables(rep: pd.DataFrame) -> str:

@@ -312,7 +312,8 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     from .select import STRATEGIES  # the strategies' owner; imported late (select imports this module)
 
     def fail(key: str, message: str) -> None:
-        raise ParamsError(f"{origin.get(key, 'params')}: `{key}` {message}")
+        where = origin.get(key) or origin.get(key.split("[")[0], "params")  # a list item: the list's file
+        raise ParamsError(f"{where}: `{key}` {message}")
 
     for key in ("select.strategies", "train.strategies", "train.seeds", "evaluate.pass_k"):
         values = get(cfg, key) or []
