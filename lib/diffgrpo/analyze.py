@@ -903,7 +903,8 @@ def paper002(cfg: Config, runs: pd.DataFrame) -> dict:
     """Paper 002's section of ``summary.json``: per EPRLI-family arm (``select.EPRLI``), its
     accuracy, the completions it generated (the budget the arms are compared at), its updates,
     learnable % of the groups generated (before dynamic sampling's filter) and of those kept
-    (after it), and for ``eprli`` its levels' records; beside the paper's reported numbers
+    (after it), and for ``eprli`` its levels' records with the accuracy at each level's last
+    step (``acc_at_end``, null when that checkpoint was not evaluated); beside the paper's reported numbers
     (another model and other test sets: context, not a comparison)."""
     root = layout.study_dir(cfg)
     arms = {}
@@ -912,13 +913,15 @@ def paper002(cfg: Config, runs: pd.DataFrame) -> dict:
         manifest = read_json(root / "runs" / rid / "manifest.json")
         groups = read_parquet(root / "runs" / rid / "groups.parquet", "03_train")
         kept = groups[groups["kept"]] if "kept" in groups else groups
+        evals = read_parquet(root / "eval" / rid / "summary.parquet", "04_evaluate").set_index("step")[cfg.analyze.metric]
+        levels = [{**lv, "acc_at_end": _round(evals.get(lv["last_step"], np.nan))} for lv in manifest.get("levels") or []]
         arms[rid] = {
-            "strategy": r["strategy"], "seed": r["seed"], "acc": _round(r["final_acc"]), "base_acc": _round(r["base_acc"]),
-            "gain_pp": _round(r["gain_pp"]), "steps": r["steps"],
+            "strategy": r["strategy"], "seed": int(r["seed"]), "acc": _round(r["final_acc"]),
+            "base_acc": _round(r["base_acc"]), "gain_pp": _round(r["gain_pp"]), "steps": int(r["steps"]),
             "completions_generated": int(groups["rewards"].map(len).sum()),
             "learnable_generated_pct": _round(100.0 * groups["learnable"].mean()),
             "learnable_kept_pct": _round(100.0 * kept["learnable"].mean()) if len(kept) else None,
-            "levels": manifest.get("levels"),
+            "levels": levels or None,
         }
     rep = reported(["002"])
     return {
