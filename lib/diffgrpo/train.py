@@ -20,6 +20,16 @@ mean, :class:`ControlReward`). Files written in the run folder:
 - ``checkpoints/checkpoint-<step>/``: the LoRA adapter every ``save_steps`` and at the end.
   Only the newest keeps its optimizer state, the one a resume needs.
 
+Options (all off by default, and then training is exactly what it was; ``docs/paper002.md``):
+``train.dynamic_sampling`` (DAPO's: groups with all-equal rewards are dropped and more are
+generated, :class:`Trainer`), ``train.length_reward`` (DAPO's soft overlong penalty,
+:func:`overlong_penalty`), ``train.max_completions`` (a budget of generated completions:
+:class:`Budget`). Every update's generation is recorded in ``steps.parquet``
+(``GENERATION_METRICS``) and every group's ``round`` and ``kept`` in ``groups.parquet``. The
+strategy ``eprli`` trains paper 002's levels (``eprli.levels``) one after the other, the LoRA
+adapter carrying over (:func:`run_levels`, ``levels/<i>-<name>/``; a ``level`` column in both
+tables).
+
 How this differs from paper 003 (appendix B): 003 states no LoRA settings (rank, alpha and
 target modules come from params; its released code uses r 32, alpha 32 on all projections);
 the KL term is DeepSeekMath's per-token k3 estimator against the base model with the adapter
