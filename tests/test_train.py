@@ -296,6 +296,8 @@ def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     steps = pd.read_parquet(run / "steps.parquet")
     assert list(steps["step"]) == [1, 2]
     assert np.allclose(steps.set_index("step")["reward"], groups.groupby("step")["reward_mean"].mean())
+    # the generation record counts both processes' groups, not the main process's half
+    assert steps["groups_generated"].tolist() == [4, 4] and steps["completions_generated"].tolist() == [16, 16]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["num_processes"] == 2
 

@@ -555,16 +555,16 @@ class Trainer(GRPOTrainer):
         batch = super()._generate_and_score_completions(inputs)
         counts = dict.fromkeys(GENERATION_METRICS, 0)
         counts["generation_rounds"] = 1
-        if self.dynamic_rounds is None:  # every group enters the update, as TRL does
-            self._count(counts, self.recorder.groups[first:], dropping=False)
-            counts["groups_kept"] = counts["groups_generated"]
+        if self.dynamic_rounds is None:  # every group enters the update, as TRL does (all processes')
+            n = self.accelerator.num_processes
+            counts.update(groups_generated=wanted * n, groups_kept=wanted * n, completions_generated=len(inputs) * n)
             self._log_counts(counts)
             return batch
         seen = {x["id"] for x in inputs}
         parts, kept = [], 0
         while True:
             rows = self.recorder.groups[first:]
-            self._count(counts, rows, dropping=True)
+            self._count(counts, rows)
             take = [i for i, row in enumerate(rows) if row["learnable"]][:wanted - kept]
             for i, row in enumerate(rows):
                 row["kept"] = i in take
@@ -598,11 +598,11 @@ class Trainer(GRPOTrainer):
         return [ds[int(fresh[i])] for i in chosen]
 
     @staticmethod
-    def _count(counts: dict, rows: list[dict], dropping: bool) -> None:
+    def _count(counts: dict, rows: list[dict]) -> None:
         for row in rows:
             counts["groups_generated"] += 1
             counts["completions_generated"] += len(row["rewards"])
-            if dropping and not row["learnable"]:
+            if not row["learnable"]:
                 scores = np.asarray(row["scores"])
                 key = ("dropped_all_correct" if (scores == 1).all() else
                        "dropped_all_wrong" if (scores == 0).all() else "dropped_other")
