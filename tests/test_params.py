@@ -140,3 +140,71 @@ def test_an_evaluation_set_of_another_task_does_not_inherit_the_training_tasks_o
     cfg = cfg.replace(**{"evaluate.sets": [{"name": "arith", "task": "arithmetic", "size": 10}]})
     arith = cfg.for_eval_set("arith")
     assert (arith.dataset.task, arith.dataset.task_options, arith.dataset.test_size) == ("arithmetic", {}, 10)
+
+
+# ---- paper 002: EPRLI levels (issue 10) ------------------------------------------------------
+LEVEL = {"name": "one", "p_hat": [0.0, 0.5], "tiers": None, "prompts": 4, "steps": 1000, "max_completion_length": 64,
+         "epsilon": 0.2, "epsilon_high": 0.28, "group_size": 8, "buffer_size": 4, "dynamic_sampling": True,
+         "length_reward_weight": 0.0}
+
+
+@pytest.mark.parametrize("levels, strategies, message", [
+    ([{k: v for k, v in LEVEL.items() if k != "buffer_size"}], None, r"eprli\.levels\[0\]` does not set \['buffer_size'\]"),
+    ([{**LEVEL, "bufer_size": 4}], None, r"unknown key `eprli\.levels\[0\]\.bufer_size`"),
+    ([{**LEVEL, "tiers": [1]}], None, r"eprli\.levels\[0\]` sets both or neither of p_hat and tiers"),
+    ([{**LEVEL, "p_hat": [0.6, 0.5]}], None, r"eprli\.levels\[0\]\.p_hat` = \[0\.6, 0\.5\]"),
+    ([{**LEVEL, "steps": 10}], None, r"steps add up to 10, not train\.max_steps = 1000"),
+    ([LEVEL, LEVEL], None, r"each level needs its own non-empty name"),
+    ([{**LEVEL, "group_size": 1}], None, r"eprli\.levels\[0\]\.group_size` = 1 is out of range"),
+    ([], ["eprli", "random"], r"eprli\.levels` is empty, and arms \['eprli'\]"),
+])
+def test_bad_levels_name_the_file_and_key(tmp_path, levels, strategies, message):
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump({"eprli": {"levels": levels},
+                                 **({"arms": strategies} if strategies else {})}))
+    with pytest.raises(ParamsError, match=message) as e:
+        params.load(f)
+    assert str(f) in str(e.value)
+
+
+def test_paper002_gpu_builds_every_object_a_run_would():
+    """The GPU file of paper 002 (no GPU here): every arm's levels, each level's GRPOConfig
+    (bf16 and the GPU switched off only so a CPU can build it), the LoRA config, the budget."""
+    from pathlib import Path
+
+    from diffgrpo import train
+
+    cfg = params.load("paper002_gpu")
+    assert cfg.model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" and cfg.train.group_size == 16
+    levels = {a.name: train.run_levels(cfg, a.policy) for a in cfg.arms}
+    eprli = levels["eprli"]
+    assert len(eprli) == 2 and all(lv.group_size == 16 for lv in eprli)
+    assert eprli[1].max_completion_length < eprli[0].max_completion_length  # Len2_max < Len1_max
+    assert sum(lv.max_completions for lv in eprli) == cfg.train.max_completions
+    assert levels["eprli_grpo"][0].dynamic_rounds is None and levels["eprli_dynamic"][0].dynamic_rounds == 4
+    for lvs in levels.values():
+        for lv in lvs:
+            kw = train.grpo_kwargs(cfg, 0, Path("unused"), 1, lv)
+            assert (kw["num_generations"], kw["max_completion_length"], kw["epsilon_high"]) == (
+                lv.group_size, lv.max_completion_length, lv.epsilon_high)
+            with train.quiet_renamed_arguments():
+                args = train.GRPOConfig(**{**kw, "bf16": False, "use_cpu": True})
+            assert args.num_generations == 16 and args.generation_batch_size == lv.prompts_per_step * 16
+            train._check_levels_fit([lv], cfg, 1)
+    train.lora_config(cfg)
+
+
+def test_new_train_options_keep_the_keys_of_runs_that_do_not_use_them(monkeypatch):
+    """dynamic sampling, the length reward and the completion budget enter a run's key only when
+    they change training (off, a run trains as before they existed: its cached run stays valid)."""
+    from diffgrpo import layout
+
+    monkeypatch.setattr(layout, "model_identity", lambda cfg: {"name": cfg.model.name})
+    cfg = params.load("tiny")
+    key = lambda c: layout.run_key(c, ["a"])["train"]  # noqa: E731
+    assert not {"dynamic_sampling", "length_reward", "max_completions"} & set(key(cfg))
+    for override in ({"train.dynamic_sampling.max_rounds": 9}, {"train.length_reward.cache": 3}):
+        assert key(cfg.replace(**override)) == key(cfg)
+    for override in ({"train.dynamic_sampling.enabled": True}, {"train.length_reward.weight": 0.5},
+                     {"train.max_completions": 100}):
+        assert key(cfg.replace(**override)) != key(cfg)

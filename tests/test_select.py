@@ -170,3 +170,26 @@ def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monke
     right = (pool["base_correct"]).sum()
     assert len(sel["wrong_m"]) == min(right, len(pool) - right) and not sel["wrong_m"]["base_correct"].any()
     assert layout.selection_file(cfg, "hard_small").exists()
+
+
+def test_eprli_levels_draw_their_prompts_from_their_bands(pool):
+    """(issue 10) Paper 002's D_l: each level's count, from its p_hat band or its tiers, levels
+    disjoint and in order; the three EPRLI strategies share the prompts; seeded."""
+    from diffgrpo.params import LevelParams
+
+    def level(name, **kw):
+        base = dict(name=name, p_hat=None, tiers=None, prompts=20, steps=1, max_completion_length=8, epsilon=0.2,
+                    epsilon_high=0.2, group_size=2, buffer_size=2, dynamic_sampling=True, length_reward_weight=0.0)
+        return LevelParams(**{**base, **kw})
+
+    levels = [level("easy", p_hat=[0.5, 0.875]), level("hard", tiers=[4, 5], prompts=30)]
+    sel = select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=3)
+    assert sel["level"].tolist() == ["easy"] * 20 + ["hard"] * 30 and sel["id"].is_unique
+    easy, hard = sel[sel["level"] == "easy"], sel[sel["level"] == "hard"]
+    assert easy["p_hat"].between(0.5, 0.875).all() and hard["tier"].isin([4, 5]).all()
+    for other in ("eprli_grpo", "eprli_dynamic"):
+        assert select.select(pool, other, 10, 0, levels=levels, levels_seed=3)["id"].tolist() == sel["id"].tolist()
+    assert select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=3)["id"].tolist() == sel["id"].tolist()
+    assert select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=4)["id"].tolist() != sel["id"].tolist()
+    with pytest.raises(SelectionError, match=r"level 'easy': \d+ pool prompts with p_hat in \[0\.5, 0\.875\]"):
+        select.select(pool, "eprli", 10, 0, levels=[level("easy", p_hat=[0.5, 0.875], prompts=10_000)])

@@ -296,6 +296,8 @@ def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     steps = pd.read_parquet(run / "steps.parquet")
     assert list(steps["step"]) == [1, 2]
     assert np.allclose(steps.set_index("step")["reward"], groups.groupby("step")["reward_mean"].mean())
+    # the generation record counts both processes' groups, not the main process's half
+    assert steps["groups_generated"].tolist() == [4, 4] and steps["completions_generated"].tolist() == [16, 16]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["num_processes"] == 2
 
@@ -397,3 +399,244 @@ def test_generation_with_the_lora_merged_samples_what_the_unmerged_model_samples
     pd.testing.assert_frame_equal(on[0], off[0])
     for column in ("completions/mean_length", "reward", "loss"):
         assert np.allclose(on[1][column], off[1][column], rtol=1e-5), column
+
+
+# ---- dynamic sampling (issue 10) ------------------------------------------------------------
+def _updates(monkeypatch):
+    """Every batch an update trains on, as the trainer hands it to compute_loss."""
+    seen = []
+    compute_loss = train.Trainer.compute_loss
+
+    def spy(self, model, inputs, *args, **kwargs):
+        seen.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(train.Trainer, "compute_loss", spy)
+    return seen
+
+
+def test_dynamic_sampling_trains_on_mixed_groups_only(make_cfg, monkeypatch):
+    """G = 2 and a coin-flip reward: half the groups are all-equal. With dynamic sampling no
+    update holds one, extra rounds top the update up, and every step says what it generated."""
+    cfg = make_cfg(max_steps=4, group_size=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 6}})
+    updates = _updates(monkeypatch)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    g, p = cfg.train.group_size, cfg.train.prompts_per_step
+
+    assert len(updates) == 4
+    for batch in updates:
+        adv = batch["advantages"].view(-1, g)
+        live = batch["completion_mask"].view(-1, g, batch["completion_mask"].size(1)).sum(dim=(1, 2)) > 0
+        assert bool(((adv.abs().amax(dim=1) > 0) | ~live).all()), "an update holds a zero-variance group"
+        assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
+
+    groups = pd.read_parquet(run / "groups.parquet")
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    assert groups[groups["kept"]]["learnable"].all()
+    assert (~groups["learnable"]).any() and (groups["round"] > 1).any()  # the test saw dropping and refilling
+    per_step = groups.groupby("step")
+    assert per_step["kept"].sum().le(p).all()
+    assert np.array_equal(steps["groups_generated"], per_step.size())
+    assert np.array_equal(steps["groups_kept"], per_step["kept"].sum())
+    assert np.array_equal(steps["generation_rounds"], per_step["round"].max())
+    assert np.array_equal(steps["completions_generated"], per_step.size() * g)
+    dropped = groups[~groups["learnable"]]
+    all_right = dropped["scores"].map(lambda s: bool(np.all(np.asarray(s) == 1)))
+    assert np.array_equal(steps["dropped_all_correct"], all_right.groupby(dropped["step"]).sum().reindex(steps.index, fill_value=0))
+    assert np.array_equal(steps["dropped_all_wrong"], (~all_right).groupby(dropped["step"]).sum().reindex(steps.index, fill_value=0))
+    # a step that ran out of rounds has fewer than p groups; one that did not holds exactly p
+    full = steps["generation_rounds"] < 6
+    assert (steps.loc[full, "groups_kept"] == p).all()
+    # each round's extra prompts are distinct from those the step already generated, while any are left
+    for (step, rnd), grp in groups.groupby(["step", "round"]):
+        assert grp["prompt_id"].is_unique
+
+
+def test_dynamic_sampling_with_nothing_learnable_masks_every_token(make_cfg, monkeypatch):
+    """A reward that never varies: after max_rounds the update has no mixed group, so no token
+    enters the loss (and the record says 0 kept)."""
+    monkeypatch.setattr(EvenLength, "score", lambda self, completion, answer: 1.0)
+    cfg = make_cfg(max_steps=1, **{"dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    updates = _updates(monkeypatch)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    assert len(updates) == 1 and int(updates[0]["completion_mask"].sum()) == 0
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert steps[["groups_kept", "generation_rounds", "dropped_all_correct"]].iloc[0].tolist() == [0, 2, 4]
+
+
+def test_dynamic_sampling_off_trains_as_trl_does(make_cfg, monkeypatch):
+    """With the option off, our trainer's numbers are TRL's own (the override passes the batch
+    through untouched): same seed, same rewards, losses and records."""
+    cfg = make_cfg(max_steps=3)
+    ours = train.train_run(cfg, "hard", seed=0, progress=False)
+    a_groups, a_steps = pd.read_parquet(ours / "groups.parquet"), pd.read_parquet(ours / "steps.parquet")
+    import shutil
+
+    shutil.rmtree(ours)
+    monkeypatch.setattr(train.Trainer, "_generate_and_score_completions",
+                        train.GRPOTrainer._generate_and_score_completions)
+    trl_run = train.train_run(cfg, "hard", seed=0, progress=False)
+    b_groups, b_steps = pd.read_parquet(trl_run / "groups.parquet"), pd.read_parquet(trl_run / "steps.parquet")
+    pd.testing.assert_frame_equal(a_groups, b_groups)
+    assert set(train.GENERATION_METRICS) <= set(a_steps) and not set(train.GENERATION_METRICS) & set(b_steps)
+    same = [c for c in b_steps if c != "step_time"]
+    pd.testing.assert_frame_equal(a_steps[same], b_steps[same])
+
+
+def test_trl_generate_and_score_is_where_dynamic_sampling_hooks():
+    """Pin the TRL internals dynamic sampling relies on, so an upgrade that moves them fails
+    here rather than silently training on every group: the method exists, is called from
+    _prepare_inputs with the generation batch, and reports zero-std groups."""
+    import inspect
+
+    src = inspect.getsource(train.GRPOTrainer._prepare_inputs)
+    assert "self._generate_and_score_completions(generation_batch)" in src
+    body = inspect.getsource(train.GRPOTrainer._generate_and_score_completions)
+    for name in train.BATCH_KEYS - {"sampling_per_token_logps"}:
+        assert f'"{name}"' in body, name
+    assert "frac_reward_zero_std" in body and "completion_ids=completion_ids_list" in inspect.getsource(
+        train.GRPOTrainer._calculate_rewards)
+
+
+def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
+    cfg = make_cfg(n_select=6, max_steps=4, group_size=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    whole = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(whole / "groups.parquet")
+    reference = list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["kept"]))
+    ref_steps = pd.read_parquet(whole / "steps.parquet")
+    import shutil
+
+    shutil.rmtree(whole)
+    correct = train.Recorder.correct
+
+    def flaky(self, *args, trainer_state, **kwargs):
+        if trainer_state.global_step == 2:
+            raise KeyboardInterrupt("simulated interruption")
+        return correct(self, *args, trainer_state=trainer_state, **kwargs)
+
+    monkeypatch.setattr(train.Recorder, "correct", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(cfg, "hard", seed=0, progress=False)
+    monkeypatch.setattr(train.Recorder, "correct", correct)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    assert json.loads((run / "manifest.json").read_text())["resumed_from"] == [2]
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["kept"])) == reference
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert np.allclose(steps["reward"], ref_steps["reward"])
+    assert steps["generation_rounds"].tolist() == ref_steps["generation_rounds"].tolist()
+
+
+def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkeypatch):
+    """train.max_completions: the run stops at the first step that reaches the budget; the
+    manifest says so and the evaluate stage accepts it as finished."""
+    cfg = make_cfg(max_steps=6, group_size=2, max_completions=10,
+                   **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    groups = pd.read_parquet(run / "groups.parquet")
+    per_step = groups.groupby("step").size() * 2
+    assert manifest["status"] == "complete" and manifest["budget_spent"] and manifest["steps_done"] < 6
+    assert manifest["completions_generated"] == int(per_step.sum()) >= 10
+    assert per_step.iloc[:-1].sum() < 10  # it stopped at the first step that reached the budget
+    assert train.list_checkpoints(run / "checkpoints")
+    from diffgrpo import evaluate
+
+    evaluate.check_finished(run, cfg.train.max_steps)
+    monkeypatch.setattr(train.data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    assert train.train_run(cfg, "hard", seed=0, progress=False) == run
+
+
+def test_overlong_penalty_is_dapos_soft_punishment():
+    """DAPO eq. 13: 0 up to L_max - L_cache, linear to -1 at L_max."""
+    assert [train.overlong_penalty(n, 20, 4) for n in (0, 16, 17, 18, 20, 21)] == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
+
+
+def test_length_reward_is_added_to_the_verifier_reward(make_cfg):
+    cfg = make_cfg(max_steps=1, max_completion_length=8, **{"length_reward": {"weight": 0.5, "cache": 4}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    diff = np.concatenate([np.asarray(r) - np.asarray(s) for r, s in zip(groups["rewards"], groups["scores"])])
+    assert (diff <= 0).all() and (diff >= -0.5).all() and (diff < 0).any()
+    assert set(np.round(diff / 0.5 * 4)) <= {0.0, -1.0, -2.0, -3.0, -4.0}  # steps of 1/L_cache
+
+
+# ---- EPRLI levels (paper 002) ---------------------------------------------------------------
+def _level(name, band, **kw):
+    return {"name": name, "p_hat": band, "tiers": None, "prompts": 4, "steps": 2, "max_completion_length": 8,
+            "epsilon": 0.2, "epsilon_high": 0.28, "group_size": 4, "buffer_size": 2, "dynamic_sampling": True,
+            "length_reward_weight": 0.0, **kw}
+
+
+@pytest.fixture
+def eprli_cfg(make_cfg):
+    cfg = make_cfg(n_select=8, max_steps=4)
+    levels = [_level("easy", [0.5, 1.0]), _level("hard", [0.0, 0.49], max_completion_length=6, group_size=2,
+                                                 epsilon=0.1, epsilon_high=0.3, length_reward_weight=0.5)]
+    cfg = cfg.replace(**{"eprli.levels": levels, "arms": ["hard", "eprli"]})
+    from diffgrpo import select
+
+    pool = pd.read_parquet(layout.selection_file(cfg, "hard")).assign(tier=1)
+    sel = select.select(pool, "eprli", 8, 0, levels=cfg.eprli.levels, levels_seed=cfg.eprli.seed)
+    artifacts.write_parquet(layout.selection_file(cfg, "eprli"), sel)
+    return cfg
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading an adapter
+def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeypatch):
+    loaded = []
+    from_pretrained = train.peft.PeftModel.from_pretrained
+    monkeypatch.setattr(train.peft.PeftModel, "from_pretrained",
+                        lambda model, path, **kw: (loaded.append(path), from_pretrained(model, path, **kw))[1])
+    run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["steps_done"] == 4
+    assert [r["level"] for r in manifest["levels"]] == ["easy", "hard"]
+    assert [(r["first_step"], r["last_step"]) for r in manifest["levels"]] == [(1, 2), (3, 4)]
+    # the adapter carries over: level 2 starts from level 1's last checkpoint
+    assert loaded == [str(run / "levels" / "1-easy" / "checkpoints" / "checkpoint-2")]
+    groups = pd.read_parquet(run / "groups.parquet")
+    sel = pd.read_parquet(layout.selection_file(eprli_cfg, "eprli")).set_index("id")
+    assert (groups["level"] == sel.loc[groups["prompt_id"], "level"].to_numpy()).all()  # each level its own data
+    assert groups.groupby("level")["step"].agg(["min", "max"]).loc[["easy", "hard"]].values.tolist() == [[1, 2], [3, 4]]
+    assert set(groups[groups["level"] == "easy"]["rewards"].map(len)) == {4}
+    assert set(groups[groups["level"] == "hard"]["rewards"].map(len)) == {2}
+    assert groups[groups["kept"]]["learnable"].all()  # the levels' buffers hold mixed groups only
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert steps["step"].tolist() == [1, 2, 3, 4] and steps["level"].tolist() == ["easy"] * 2 + ["hard"] * 2
+    # each level's GRPOConfig carries its own length, clip bounds and group size
+    hard = json.loads((run / "levels" / "2-hard" / "trl_config.json").read_text())["grpo"]
+    assert (hard["max_completion_length"], hard["epsilon"], hard["epsilon_high"], hard["num_generations"]) == (6, 0.1, 0.3, 2)
+    # the run's checkpoints/ numbers them by the run's step (what the evaluate stage scores)
+    assert sorted(train.list_checkpoints(run / "checkpoints")) == [1, 2, 3, 4]
+    assert not (run / "checkpoints" / "checkpoint-4" / "optimizer.pt").exists()
+    for r in manifest["levels"]:
+        assert set(r) >= {"learnable_generated_pct", "learnable_kept_pct", "buffer_fill", "mean_completion_length",
+                          "completions_generated"}
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
+    whole = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    groups = pd.read_parquet(whole / "groups.parquet")
+    reference = list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list)))
+    import shutil
+
+    shutil.rmtree(whole)
+    correct = train.Recorder.correct
+
+    def flaky(self, *args, trainer_state, **kwargs):
+        if self.level == "hard" and trainer_state.global_step == 1:
+            raise KeyboardInterrupt("simulated interruption")
+        return correct(self, *args, trainer_state=trainer_state, **kwargs)
+
+    monkeypatch.setattr(train.Recorder, "correct", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    monkeypatch.setattr(train.Recorder, "correct", correct)
+    run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["resumed_from"] == [3]
+    groups = pd.read_parquet(run / "groups.parquet")
+    # same prompts, same sampled rewards: the resumed level restored its adapter, optimizer and RNG
+    assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list))) == reference

@@ -164,7 +164,7 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
     m = artifacts.read_json(path)
-    if m.get("status") != "complete" or m.get("steps_done") != max_steps:
+    if m.get("status") != "complete" or (m.get("steps_done") != max_steps and not m.get("budget_spent")):
         raise RuntimeError(
             f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
             f"train.max_steps = {max_steps} steps); rerun the train stage (03_train), which resumes it, "

@@ -70,19 +70,29 @@ def probe_key(cfg: Config) -> dict[str, Any]:
     })
 
 
-def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None) -> dict[str, Any]:
+#: train.* options that enter a run's key only when they change training: switched off they
+#: train exactly as before they existed, so the runs cached before them stay valid
+_OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
+        "max_completions": lambda v: v is None}
+
+
+def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,
+            levels: list[dict] | None = None) -> dict[str, Any]:
     """What decides a training run's result, bar ``max_steps`` (a finished run may be extended):
     a resume must match it, and an evaluation of the run's adapters carries it. ``cfg`` is the
     arm's (:meth:`Config.for_arm`), so an arm's own training settings are in ``train``; what its
     policy decides is in the selection's ids and, for the control arm, in ``reward`` (the
-    verifier's reward adds nothing, so the runs of 003's four arms keep their keys)."""
-    train = {k: v for k, v in dataclasses.asdict(cfg.train).items() if k not in ("max_steps", "seeds")}
+    verifier's reward adds nothing, so the runs of 003's four arms keep their keys); ``levels``:
+    the run's effective levels (paper 002's policies, :func:`diffgrpo.train.run_levels`)."""
+    train = {k: v for k, v in dataclasses.asdict(cfg.train).items()
+             if k not in ("max_steps", "seeds") and not (k in _OFF and _OFF[k](v))}
     return artifacts.jsonable({
         "model": model_identity(cfg),
         "rows": rows_identity(cfg, "pool"),
         "train": train,
         "selection_sha": hashlib.sha256("\n".join(selection_ids).encode()).hexdigest()[:16],
         **({"reward": reward} if reward is not None else {}),
+        **({"levels": levels} if levels is not None else {}),
     })
 
 

@@ -117,6 +117,25 @@ class LoraParams:
 
 
 @dataclass(frozen=True)
+class DynamicSamplingParams:
+    """DAPO's dynamic sampling (verl's ``filter_groups``), built on TRL in :mod:`diffgrpo.train`."""
+
+    enabled: bool = _f(False, doc="drop groups whose rewards are all equal and generate more until the update "
+                       "holds prompts_per_step mixed groups or max_rounds rounds were generated")
+    max_rounds: int = _f(4, lo=1, doc="generation rounds per update at most (the first included)")
+
+
+@dataclass(frozen=True)
+class LengthRewardParams:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the
+    verifier's reward with ``weight``; L_max is the run's (or level's) max_completion_length."""
+
+    weight: float = _f(0.0, lo=0.0, doc="multiplies the penalty (0: no length reward)")
+    cache: int = _f(16, lo=1, doc="DAPO's L_cache: the penalty ramps from 0 to -1 over the last `cache` tokens "
+                    "before max_completion_length")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seeds: list[int] = _f(factory=lambda: [0], doc="one run per seed and arm")
     max_steps: int = _f(1000, lo=1)
@@ -152,6 +171,37 @@ class TrainConfig:
     vllm_mode: Literal["colocate", "server"] = _f("colocate", doc="TRL's vllm_mode")
     vllm_gpu_memory_utilization: float = _f(0.3, lo=0.0, hi=1.0, doc="colocate: GPU memory share of vLLM")
     vllm_tensor_parallel_size: int = _f(1, lo=1, doc="colocate: GPUs per vLLM engine")
+    dynamic_sampling: DynamicSamplingParams = _f(factory=DynamicSamplingParams)
+    length_reward: LengthRewardParams = _f(factory=LengthRewardParams)
+    max_completions: int | None = _f(None, lo=1, doc="a budget of generated completions: the run stops at the "
+                                     "first step that reaches it (null: max_steps steps only)")
+
+
+@dataclass(frozen=True)
+class LevelParams:
+    """One level of paper 002's EPRLI curriculum (its symbols in brackets; docs/paper002.md)."""
+
+    name: str = _f("", doc="the level's name in records")
+    p_hat: list[float] | None = _f(None, doc="data D_l: pool prompts whose probe p_hat lies in [lo, hi]")
+    tiers: list[int] | None = _f(None, doc="data D_l: pool prompts of these dataset tiers (instead of p_hat)")
+    prompts: int = _f(1, lo=1, doc="prompts of D_l in the selection (a seeded draw from the band)")
+    steps: int = _f(1, lo=1, doc="updates of this level; the levels' steps sum to train.max_steps")
+    max_completion_length: int = _f(1, lo=1, doc="Len_l_max")
+    epsilon: float = _f(0.2, lo=0.0, doc="eps_l_low")
+    epsilon_high: float = _f(0.2, lo=0.0, doc="eps_l_high")
+    group_size: int = _f(2, lo=2, doc="G_l")
+    buffer_size: int = _f(1, lo=1, doc="N_l: mixed groups an update holds (the level's prompts per step)")
+    dynamic_sampling: bool = _f(True, doc="fill the buffer with mixed groups only (train.dynamic_sampling.max_rounds)")
+    length_reward_weight: float = _f(0.0, lo=0.0, doc="K_l: weight of the length reward (train.length_reward)")
+
+
+@dataclass(frozen=True)
+class EprliConfig:
+    """Paper 002's curriculum: the strategies ``eprli`` (levels in order), ``eprli_grpo`` (the
+    same prompts, one level with train.*) and ``eprli_dynamic`` (the same, with dynamic sampling)."""
+
+    levels: list[LevelParams] = _f(factory=list, doc="the levels in training order (L = len(levels))")
+    seed: int = _f(0, lo=0, doc="seed of the draw of each level's prompts from its band")
 
 
 @dataclass(frozen=True)
@@ -235,6 +285,7 @@ class Config:
     select: SelectConfig = _f(factory=SelectConfig)
     generation: GenerationBackendConfig = _f(factory=GenerationBackendConfig)
     train: TrainConfig = _f(factory=TrainConfig)
+    eprli: EprliConfig = _f(factory=EprliConfig)
     evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
     analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)
 
@@ -357,7 +408,8 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     from .select import STRATEGIES  # the strategies' owner; imported late (select imports this module)
 
     def fail(key: str, message: str) -> None:
-        raise ParamsError(f"{origin.get(key, 'params')}: `{key}` {message}")
+        where = origin.get(key) or origin.get(key.split("[")[0], "params")  # a list item: the list's file
+        raise ParamsError(f"{where}: `{key}` {message}")
 
     for key in ("train.seeds", "evaluate.pass_k"):
         values = get(cfg, key) or []
@@ -371,6 +423,7 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
     _check_arms(cfg, fail)
     _check_eval_sets(cfg, fail)
+    _check_levels(cfg, fail)
     from .reports import PAPERS
 
     unknown = [r for r in cfg.analyze.reports if r not in PAPERS]
@@ -429,6 +482,34 @@ def _check_eval_sets(cfg: Config, fail) -> None:
             cfg.for_eval_set(s.name)
         except ParamsError as err:
             fail("evaluate.sets", f"{where}: its settings do not validate: {err}")
+
+
+def _check_levels(cfg: Config, fail) -> None:
+    """The EPRLI levels (paper 002): required by its strategies, each with one data band."""
+    from .select import EPRLI  # the strategies that read eprli.levels
+
+    levels = cfg.eprli.levels
+    eprli_arms = [a.name for a in cfg.arms if a.policy in EPRLI]
+    if eprli_arms and not levels:
+        fail("eprli.levels", f"is empty, and arms {eprli_arms} have EPRLI policies, which train on the levels' "
+                             "prompts; declare the levels")
+    if not levels:
+        return
+    names = [lv.name for lv in levels]
+    if len(set(names)) != len(names) or not all(names):
+        fail("eprli.levels", f"names {names}: each level needs its own non-empty name")
+    for i, lv in enumerate(levels):
+        key = f"eprli.levels[{i}]"
+        if (lv.p_hat is None) == (lv.tiers is None):
+            fail(key, "sets both or neither of p_hat and tiers; its data is one of them")
+        if lv.p_hat is not None and not (len(lv.p_hat) == 2 and 0.0 <= lv.p_hat[0] <= lv.p_hat[1] <= 1.0):
+            fail(f"{key}.p_hat", f"= {lv.p_hat}: a band [lo, hi] with 0 <= lo <= hi <= 1")
+        if lv.tiers is not None and not lv.tiers:
+            fail(f"{key}.tiers", "is empty")
+    total = sum(lv.steps for lv in levels)
+    if total != cfg.train.max_steps:
+        fail("eprli.levels", f"steps add up to {total}, not train.max_steps = {cfg.train.max_steps}; a run's steps "
+                             "are its levels' steps")
 
 
 def dump(cfg: Config) -> str:
@@ -660,6 +741,11 @@ def _item_mapping(cls: type, value: Any, key: str, where: str) -> dict:
         raise ParamsError(f"{where}: `{key}` has no `name`")
     if cls is ArmConfig and "policy" not in value:
         raise ParamsError(f"{where}: `{key}` ({value['name']}) has no `policy`")
+    if cls is LevelParams:  # a level has no defaults.yaml behind it: nothing silently defaulted
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in value]
+        if missing:
+            raise ParamsError(f"{where}: `{key}` does not set {missing}; every level sets every key "
+                              f"({sorted(f.name for f in dataclasses.fields(cls))})")
     return value
 
 

@@ -41,9 +41,11 @@ from . import artifacts, layout
 from .params import ArmConfig, Config
 
 BUDGETED = ("hard", "easy", "middle", "random", "random_reward")
+#: paper 002: the EPRLI curriculum and its two baselines on the same prompts (eprli.levels)
+EPRLI = ("eprli", "eprli_grpo", "eprli_dynamic")
 STRATEGIES = BUDGETED + (
     "base_wrong", "base_right", "base_wrong_matched", "base_right_matched", "all", "tiers",
-)
+) + EPRLI
 #: policies that draw their own subset for every training seed
 PER_SEED = ("random", "random_reward")
 #: the control arm: random's prompts, a random reward of the same mean (see train.ControlReward)
@@ -98,7 +100,8 @@ def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: i
     policy with its options; ``strategy`` holds the arm's name, ``policy`` its policy."""
     max_tier = arm.max_tier if arm.max_tier is not None else cfg.select.max_tier
     sel = select(prompts, arm.policy, arm_budget(cfg, arm, len(prompts)), cfg.select.seed, max_tier=max_tier,
-                 tier_bins=cfg.select.tier_bins, train_seed=train_seed)
+                 tier_bins=cfg.select.tier_bins, train_seed=train_seed, levels=cfg.eprli.levels,
+                 levels_seed=cfg.eprli.seed)
     return sel.assign(strategy=arm.name) if arm.name != arm.policy else sel
 
 
@@ -111,9 +114,10 @@ def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> 
 
 def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
            max_tier: int | None = None, tier_bins: list[float] | None = None,
-           train_seed: int | None = None) -> pd.DataFrame:
+           train_seed: int | None = None, levels: list | None = None, levels_seed: int = 0) -> pd.DataFrame:
     """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``strategy``;
-    ``train_seed``: the training seed a per-seed policy draws for (required for those)."""
+    ``train_seed``: the training seed a per-seed policy draws for (required for those);
+    ``levels``, ``levels_seed``: ``eprli.levels`` and ``eprli.seed`` (the EPRLI strategies)."""
     if strategy not in STRATEGIES:
         raise SelectionError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
     if per_seed(strategy) and train_seed is None:
@@ -153,19 +157,50 @@ def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
             chosen = chosen.iloc[np.sort(rng.choice(len(chosen), size=m, replace=False))]
     elif strategy == "all":
         chosen = prompts
+    elif strategy in EPRLI:
+        chosen = level_rows(prompts, levels or [], levels_seed)
     else:  # tiers
         tiers = prompt_tiers(prompts, tier_bins)
         cut = max_tier if max_tier is not None else int(np.median(np.unique(tiers)))
         chosen = prompts[tiers <= cut]
     if len(chosen) == 0:
         raise SelectionError(f"{strategy}: selected no prompts")
-    out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct") if c in chosen]].copy()
+    out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct", "level") if c in chosen]].copy()
     out["strategy"] = strategy
     out["seed"] = seed
     if per_seed(strategy):
         out["train_seed"] = train_seed
     out["rank"] = np.arange(len(out))
     return out.reset_index(drop=True)
+
+
+def level_rows(prompts: pd.DataFrame, levels: list, seed: int) -> pd.DataFrame:
+    """Paper 002's data D_l: for each level in order, ``level.prompts`` prompts drawn (seeded,
+    without replacement) from those whose p_hat lies in ``level.p_hat`` (inclusive) or whose
+    tier is in ``level.tiers``; a prompt belongs to the first level that draws it. Rows in level
+    order, with a ``level`` column (the level's name)."""
+    if not levels:
+        raise SelectionError("the EPRLI strategies need eprli.levels")
+    taken: set = set()
+    parts = []
+    for i, lv in enumerate(levels):
+        if lv.p_hat is not None:
+            p = prompts["p_hat"].to_numpy(dtype=float)
+            band = (p >= lv.p_hat[0]) & (p <= lv.p_hat[1])
+            where = f"p_hat in [{lv.p_hat[0]}, {lv.p_hat[1]}]"
+        else:
+            band = prompts["tier"].isin(lv.tiers).to_numpy()
+            where = f"tier in {lv.tiers}"
+        pool = prompts[band & ~prompts["id"].isin(taken).to_numpy()]
+        if len(pool) < lv.prompts:
+            raise SelectionError(f"eprli level {lv.name!r}: {len(pool)} pool prompts with {where} (not already in "
+                                 f"an earlier level), fewer than its prompts = {lv.prompts}; widen the band or "
+                                 "lower the count")
+        rng = np.random.default_rng([seed, zlib.crc32(b"eprli"), i])
+        part = pool.iloc[np.sort(rng.choice(len(pool), size=lv.prompts, replace=False))].assign(level=lv.name)
+        taken.update(part["id"])
+        parts.append(part)
+    return pd.concat(parts)
 
 
 def prompt_tiers(prompts: pd.DataFrame, bins: list[float] | None) -> np.ndarray:

@@ -1,6 +1,6 @@
 """One report per paper, each a module named after it: ``paper003`` (Tables 1-4, Figure 3),
 ``paper001`` (base-wrong vs base-right vs all), ``paper000`` (per tier, steps to match,
-transfer). A study asks for them by name (``analyze.reports: ["003", "001", "000"]``); each
+transfer), ``paper002`` (EPRLI vs GRPO vs dynamic sampling at one completion budget). A study asks for them by name (``analyze.reports: ["003", "001", "000"]``); each
 module's ``write(study)`` writes its tables into the report folder and returns its section of
 ``summary.json`` (:func:`diffgrpo.analyze.report`). The numbers the papers report are data:
 :mod:`.paper_numbers`.
@@ -12,7 +12,7 @@ import importlib
 from types import ModuleType
 
 #: the papers a study can ask a report for
-PAPERS = ("003", "001", "000")
+PAPERS = ("003", "001", "000", "002")
 
 
 def names() -> list[str]:
