@@ -633,7 +633,8 @@ def _require_complete(merged: dict, origin: dict[str, str], cls: type = Config, 
 
 
 def _convert(cls: type, data: Any, prefix: str, origin: dict[str, str]) -> Any:
-    where = lambda key: origin.get(key, "params")  # noqa: E731
+    # a key inside a list item (`eprli.levels[0].steps`) was given in the file that gave the list
+    where = lambda key: origin.get(key) or origin.get(key.split("[")[0], "params")  # noqa: E731
     if not isinstance(data, dict):
         raise ParamsError(f"{where(prefix.rstrip('.'))}: `{prefix.rstrip('.')}` must be a mapping")
     _check_keys(data, cls, where(prefix.rstrip(".")), prefix)
