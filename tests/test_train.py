@@ -585,3 +585,58 @@ def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
     groups = pd.read_parquet(run / "groups.parquet")
     # same prompts, same sampled rewards: the resumed level restored its adapter, optimizer and RNG
     assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list))) == reference
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
+    from peft import get_peft_model
+
+    from diffgrpo import models as diffgrpo_models
+
+    model, _ = diffgrpo_models.load_model(str(tiny_model))
+    peft_model = get_peft_model(model, train.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
+    torch.manual_seed(1)
+    with torch.no_grad():  # a trained adapter: B is no longer zero
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in peft_model.state_dict().items()}
+    ids = torch.randint(5, 200, (3, 12))
+    with torch.no_grad():
+        unmerged = peft_model(input_ids=ids).logits
+        with train.merged_lora(peft_model):
+            merged = peft_model(input_ids=ids).logits
+            layer = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+            assert layer.merged
+            assert not torch.equal(layer.get_base_layer().weight, before[
+                "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+        after = peft_model(input_ids=ids).logits
+    assert not layer.merged
+    assert all(torch.equal(before[k], v) for k, v in peft_model.state_dict().items())  # exact, no rounding residue
+    assert torch.equal(after, unmerged)
+    assert torch.allclose(merged, unmerged, atol=1e-5)  # the same function, up to float rounding
+
+
+def test_generation_with_the_lora_merged_samples_what_the_unmerged_model_samples(make_cfg, monkeypatch):
+    """The speed-up is in effect (TRL 1.16 generates through ``_generate_single_turn``: if an
+    upgrade moves generation elsewhere, the count is 0 and this fails) and, over these steps,
+    changes no sampled completion: rewards, lengths and losses are the same with it off."""
+    calls = []
+    merged_lora = train.merged_lora
+
+    def counting(model):
+        calls.append(1)
+        return merged_lora(model)
+
+    monkeypatch.setattr(train, "merged_lora", counting)
+    cfg = make_cfg(max_steps=4, save_steps=10, max_completion_length=16)
+    merged = train.train_run(cfg, "hard", seed=0, progress=False)
+    assert len(calls) == 4
+    on = (pd.read_parquet(merged / "groups.parquet"), pd.read_parquet(merged / "steps.parquet"))
+    off_cfg = cfg.replace(**{"train.merge_lora_for_generation": False})
+    unmerged = train.train_run(off_cfg, "hard", seed=0, progress=False)  # other key: set aside, retrained
+    assert len(calls) == 4
+    off = (pd.read_parquet(unmerged / "groups.parquet"), pd.read_parquet(unmerged / "steps.parquet"))
+    pd.testing.assert_frame_equal(on[0], off[0])
+    for column in ("completions/mean_length", "reward", "loss"):
+        assert np.allclose(on[1][column], off[1][column], rtol=1e-5), column

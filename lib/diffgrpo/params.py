@@ -164,6 +164,8 @@ class TrainConfig:
         "prompts_per_step); the rest is gradient accumulation (diffgrpo.devices.batching)")
     bf16: bool = _f(False)
     gradient_checkpointing: bool = _f(False)
+    merge_lora_for_generation: bool = _f(True, doc="TRL's HF generation runs with the LoRA merged into the "
+                                         "base weights (diffgrpo.train.merged_lora)")
     use_vllm: bool = _f(False, doc="TRL generates with vLLM (GPU environment only)")
     vllm_mode: Literal["colocate", "server"] = _f("colocate", doc="TRL's vllm_mode")
     vllm_gpu_memory_utilization: float = _f(0.3, lo=0.0, hi=1.0, doc="colocate: GPU memory share of vLLM")

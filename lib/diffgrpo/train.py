@@ -54,6 +54,7 @@ so a resumed run sees the same prompts as an uninterrupted one. A finished run i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import shutil
@@ -524,8 +525,34 @@ def merge_batches(parts: list[tuple[dict, list[int]]], group_size: int, pad_toke
     return out
 
 
+@contextlib.contextmanager
+def merged_lora(model):
+    """The LoRA adapter merged into its base layers for the duration (generation): each
+    projection is one matmul with W + s*B*A instead of PEFT's W x + s*B(A x), three matmuls
+    and a Python layer. Afterwards the base weights are restored from copies, bit for bit
+    (PEFT's own ``unmerge_adapter`` subtracts the delta again, which leaves rounding residue
+    that would accumulate over a run). Logits differ from the unmerged model's by float
+    rounding only (about 1e-7 relative); tests/test_train.py checks that sampled tokens agree."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if not layers or any(m.merged for m in layers):
+        yield model
+        return
+    saved = [m.get_base_layer().weight.detach().clone() for m in layers]
+    model.merge_adapter()
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for m, weight in zip(layers, saved):
+                m.get_base_layer().weight.copy_(weight)
+                m.merged_adapters = []
+
+
 class Trainer(GRPOTrainer):
     """GRPOTrainer with a resumable prompt order, our rows saved with each checkpoint, and
+    (``train.merge_lora_for_generation``) the LoRA merged while transformers generates, and
     dynamic sampling (``dynamic_rounds``: generation rounds per update at most; None: off).
 
     Dynamic sampling (DAPO's, verl's ``filter_groups``) hooks the one method of TRL 1.16 that
@@ -536,14 +563,24 @@ class Trainer(GRPOTrainer):
     on what it holds (with no mixed group at all, every token is masked out of the loss). The
     extra prompts of round r of step s are a draw seeded by (seed, s, r) from the prompts not yet
     generated at that step, so a resumed run draws what an uninterrupted one did. Advantages are
-    computed per round (per group with ``scale_rewards: group``, so merging changes none). One
+    computed per round (per group with ``scale_rewards: group``, so combining rounds changes none). One
     process and one generation per update only (checked by :func:`train_run`).
     """
 
     def __init__(self, *args, recorder: Recorder, run_dir: Path, dynamic_rounds: int | None = None,
-                 **kwargs):
+                 merge_for_generation: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.recorder, self.run_dir, self.dynamic_rounds = recorder, run_dir, dynamic_rounds
+        self.merge_for_generation = merge_for_generation and isinstance(self.model, peft.PeftModel)
+        self.merged_generations = 0  # how many generation calls ran merged (tests read it)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # TRL 1.16: the one place that calls model.generate (HF) or vLLM for a batch of prompts
+        if self.use_vllm or not self.merge_for_generation:
+            return super()._generate_single_turn(*args, **kwargs)
+        with merged_lora(self.model):
+            self.merged_generations += 1
+            return super()._generate_single_turn(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
@@ -794,6 +831,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                 model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
                 processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
                 recorder=recorder, run_dir=run_dir, dynamic_rounds=lv.dynamic_rounds,
+                merge_for_generation=cfg.train.merge_lora_for_generation,
             )
         trainer.remove_callback(PrinterCallback)  # it prints every log dict
         if is_main and (one or i == 0):
