@@ -562,7 +562,7 @@ class Trainer(GRPOTrainer):
     on what it holds (with no mixed group at all, every token is masked out of the loss). The
     extra prompts of round r of step s are a draw seeded by (seed, s, r) from the prompts not yet
     generated at that step, so a resumed run draws what an uninterrupted one did. Advantages are
-    computed per round (per group with ``scale_rewards: group``, so merging changes none). One
+    computed per round (per group with ``scale_rewards: group``, so combining rounds changes none). One
     process and one generation per update only (checked by :func:`train_run`).
 
     With ``merge_for_generation`` (``train.merge_lora_for_generation``) transformers generates
