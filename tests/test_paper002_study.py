@@ -62,7 +62,8 @@ def test_paper002_arms_spend_one_budget_and_the_report_says_so(small_study):
     assert all(lv["completions_generated"] >= 48 for lv in eprli["levels"])
     assert all(lv["acc_at_end"] is not None for lv in eprli["levels"])
     assert eprli["learnable_kept_pct"] == 100.0
-    assert (small_study / "report" / "paper002.md").read_text().startswith("# Paper 002")
+    assert (small_study / "report" / "table_eprli.md").read_text().startswith("# Paper 002")
+    assert "aime24" in (small_study / "report" / "table_eprli.md").read_text()  # the paper's numbers beside ours
     levels = pd.read_parquet(small_study / "runs" / "eprli-seed0" / "groups.parquet").groupby("level")["step"].agg(["min", "max"])
     assert levels.loc["easy", "max"] < levels.loc["hard", "min"]
     assert np.isfinite([grpo["acc"], dyn["acc"], eprli["acc"]]).all()

@@ -25,6 +25,7 @@ import pandas as pd
 
 from .. import layout, select
 from ..artifacts import read_json, read_parquet
+from ..tables import markdown
 from ..uncertainty import _round
 
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
@@ -57,14 +58,17 @@ def write(study) -> dict:
     level_rows = pd.DataFrame([{"run": rid, **lv} for rid, a in arms.items() for lv in a["levels"] or []])
     how = ("each arm stops at the first update whose generated completions (dropped groups included) reach "
            "train.max_completions; EPRLI's levels each get their steps' share")
+    rep = study.rep[study.rep["paper"] == "002"]
+    cols = ["dataset", "model", "strategy", "metric", "value", "source"]
     study.write_table("table_eprli", f"Paper 002: EPRLI vs single-level GRPO vs dynamic sampling alone "
                       f"({study.metric})", rows,
-                      note=f"Budget: {cfg.train.max_completions} generated completions per arm; {how}.")
+                      note=f"Budget: {cfg.train.max_completions} generated completions per arm; {how}.\n\n"
+                           "## Reported by paper 002 (a 1.5B model, math benchmarks: context, not a comparison)"
+                           f"\n\n{markdown(rep[cols]) if len(rep) else '(none)'}")
     study.write_table("table_eprli_levels", "Paper 002: the EPRLI arm's levels", level_rows)
-    rep = study.rep[study.rep["paper"] == "002"]
     return {
         "metric": study.metric,
         "budget": {"max_completions": cfg.train.max_completions, "how": how},
         "arms": arms,
-        "reported": rep[["dataset", "model", "strategy", "metric", "value", "source"]].to_dict("records"),
+        "reported": rep[cols].to_dict("records"),
     }
