@@ -182,6 +182,22 @@ def _trace(run):
     return list(zip(groups["step"], groups["prompt_id"]))
 
 
+def _interrupt(cfg, arm, monkeypatch, when) -> None:
+    """Train ``arm`` until ``when(recorder, global_step)`` holds while a batch is scored, then
+    stop it as a crash would (KeyboardInterrupt), leaving the run folder behind."""
+    correct = train.Recorder.correct
+
+    def flaky(self, *args, trainer_state, **kwargs):
+        if when(self, trainer_state.global_step):
+            raise KeyboardInterrupt("simulated interruption")
+        return correct(self, *args, trainer_state=trainer_state, **kwargs)
+
+    monkeypatch.setattr(train.Recorder, "correct", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_run(cfg, arm, seed=0, progress=False)
+    monkeypatch.setattr(train.Recorder, "correct", correct)
+
+
 def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkeypatch, tmp_path):
     # 4 selected prompts, 2 per step: an epoch is 2 steps, so the resume starts a new epoch
     cfg = make_cfg(n_select=4, max_steps=4)
@@ -193,17 +209,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkey
     shutil.rmtree(whole)
 
     # crash while generating for step 3 (after the checkpoint of step 2)
-    correct = train.Recorder.correct
-
-    def flaky(self, *args, trainer_state, **kwargs):
-        if trainer_state.global_step == 2:
-            raise KeyboardInterrupt("simulated interruption")
-        return correct(self, *args, trainer_state=trainer_state, **kwargs)
-
-    monkeypatch.setattr(train.Recorder, "correct", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        train.train_run(cfg, "hard", seed=0, progress=False)
-    monkeypatch.setattr(train.Recorder, "correct", correct)
+    _interrupt(cfg, "hard", monkeypatch, lambda recorder, step: step == 2)
     assert json.loads((whole / "manifest.json").read_text())["status"] == "running"
 
     run = train.train_run(cfg, "hard", seed=0, progress=False)
@@ -507,17 +513,7 @@ def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
     import shutil
 
     shutil.rmtree(whole)
-    correct = train.Recorder.correct
-
-    def flaky(self, *args, trainer_state, **kwargs):
-        if trainer_state.global_step == 2:
-            raise KeyboardInterrupt("simulated interruption")
-        return correct(self, *args, trainer_state=trainer_state, **kwargs)
-
-    monkeypatch.setattr(train.Recorder, "correct", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        train.train_run(cfg, "hard", seed=0, progress=False)
-    monkeypatch.setattr(train.Recorder, "correct", correct)
+    _interrupt(cfg, "hard", monkeypatch, lambda recorder, step: step == 2)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
     assert json.loads((run / "manifest.json").read_text())["resumed_from"] == [2]
     groups = pd.read_parquet(run / "groups.parquet")
@@ -623,17 +619,7 @@ def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
     import shutil
 
     shutil.rmtree(whole)
-    correct = train.Recorder.correct
-
-    def flaky(self, *args, trainer_state, **kwargs):
-        if self.level == "hard" and trainer_state.global_step == 1:
-            raise KeyboardInterrupt("simulated interruption")
-        return correct(self, *args, trainer_state=trainer_state, **kwargs)
-
-    monkeypatch.setattr(train.Recorder, "correct", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
-    monkeypatch.setattr(train.Recorder, "correct", correct)
+    _interrupt(eprli_cfg, "eprli", monkeypatch, lambda recorder, step: recorder.level == "hard" and step == 1)
     run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["resumed_from"] == [3]
