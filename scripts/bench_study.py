@@ -4,7 +4,8 @@
     .venv/bin/python scripts/bench_study.py tiny --keep     # keep the outputs folder
 
 Runs into a fresh temporary outputs folder (nothing cached), then prints seconds per stage
-and in total, and the machine it ran on.
+(summed over its notebooks, which run ``workers`` at a time and overlap), the wall time, and
+the machine it ran on.
 """
 
 import argparse
@@ -35,11 +36,13 @@ def main() -> None:
     total = time.perf_counter() - t0
     timings = json.loads((out / cfg.study / "timings.json").read_text())
     print(f"\nstudy {cfg.study!r} on {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__}")
-    print(f"{'stage':<14}{'seconds':>9}")
-    for stage, seconds in timings.items():
-        print(f"{stage:<14}{seconds:>9.1f}")
-    print(f"{'total':<14}{total:>9.1f}")
+          f"{os.cpu_count()} CPUs, torch {torch.__version__}, workers {cfg.workers}")
+    print(f"{'stage':<14}{'notebooks':>10}{'seconds':>9}   (summed over the stage's notebooks; they overlap)")
+    for stage, seconds in timings["stages"].items():
+        n = sum(1 for k in timings["notebooks"] if k.split(" ")[0] == stage)
+        print(f"{stage:<14}{n:>10}{seconds:>9.1f}")
+    print(f"{'wall':<24}{timings['wall_s']:>9.1f}")
+    print(f"{'total (with set-up)':<24}{total:>9.1f}")
     if args.keep:
         print(f"outputs: {out}")
     else:

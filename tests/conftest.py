@@ -21,3 +21,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_configure(config):
     os.environ.setdefault("DIFFGRPO_OUTPUTS", _SESSION_OUTPUTS)
+
+
+def executed_notebooks(study_root, cfg) -> list:
+    """The notebooks a whole study keeps: one per stage, and per (arm, seed) run one 03_train and
+    one 04_evaluate, plus the base model's 04_evaluate."""
+    from diffgrpo import layout
+
+    nb = study_root / "notebooks"
+    runs = [layout.run_id(a, s) for a, s in layout.planned_runs(cfg)]
+    return ([nb / f"{s}.ipynb" for s in ("01_probe", "02_select", "05_analyze")] + [nb / "04_evaluate" / "base.ipynb"]
+            + [nb / stage / f"{rid}.ipynb" for stage in ("03_train", "04_evaluate") for rid in runs])

@@ -140,6 +140,21 @@ def test_an_evaluation_set_of_another_task_does_not_inherit_the_training_tasks_o
     cfg = cfg.replace(**{"evaluate.sets": [{"name": "arith", "task": "arithmetic", "size": 10}]})
     arith = cfg.for_eval_set("arith")
     assert (arith.dataset.task, arith.dataset.task_options, arith.dataset.test_size) == ("arithmetic", {}, 10)
+    # nor the training data's file: a GSM8K study read from a local file scores arithmetic's own rows
+    gsm = params.load("smoke", overrides={"dataset.task": "gsm8k", "dataset.source": "/data/gsm8k.jsonl",
+                                          "evaluate.sets": [{"name": "arith", "task": "arithmetic"},
+                                                            {"name": "gsm_again", "size": 4}]})
+    assert gsm.for_eval_set("arith").dataset.source is None
+    assert gsm.for_eval_set("gsm_again").dataset.source == "/data/gsm8k.jsonl"  # the same task keeps it
+
+
+@pytest.mark.parametrize("compare, message", [
+    (["no_such_study"], r"`analyze.compare` names 'no_such_study', which is not a params file"),
+    (["tiny", "tiny"], r"`analyze.compare` = \['tiny', 'tiny'\] names a study more than once"),
+])
+def test_a_bad_study_to_compare_with_is_named(compare, message):
+    with pytest.raises(ParamsError, match=message):
+        params.load("embedded", overrides={"analyze.compare": compare})
 
 
 # ---- paper 002: EPRLI levels (issue 10) ------------------------------------------------------

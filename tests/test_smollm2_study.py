@@ -13,7 +13,9 @@ import json
 import pandas as pd
 import pytest
 
-from diffgrpo import layout, models, notebooks, params, study
+from diffgrpo import layout, models, params, study
+
+from conftest import executed_notebooks
 
 OVERRIDES = {
     "dataset.pool_size": 20, "dataset.test_size": 8,
@@ -37,8 +39,8 @@ def test_smollm2_runs_every_stage(tmp_path, monkeypatch):
     assert study.main(argv) == 0
     cfg = params.load("smollm2_arithmetic", overrides=OVERRIDES)
     root = layout.study_dir(cfg)
-    for stage in notebooks.STAGES:
-        assert (root / "notebooks" / f"{stage}.ipynb").exists()
+    for nb in executed_notebooks(root, cfg):
+        assert nb.exists(), nb
     prompts = pd.read_parquet(layout.probe_dir(cfg) / "prompts.parquet")
     assert len(prompts) == 20 and prompts["p_hat"].between(0, 1).all()
     summary = json.loads((root / "report" / "summary.json").read_text())

@@ -12,7 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import notebooks, params, select, study
+from diffgrpo import layout, notebooks, params, select, study
+
+from conftest import executed_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
 from diffgrpo.params import ParamsError
 
 
@@ -23,9 +27,13 @@ def tiny_study():
 
 
 def test_study_writes_every_stage_and_the_report(tiny_study):
-    for stage in notebooks.STAGES:
-        assert (tiny_study / "notebooks" / f"{stage}.ipynb").exists()
-    assert set(json.loads((tiny_study / "timings.json").read_text())) == set(notebooks.STAGES)
+    cfg = params.load("tiny")
+    for nb in executed_notebooks(tiny_study, cfg):
+        assert nb.exists(), nb
+    timings = json.loads((tiny_study / "timings.json").read_text())
+    assert set(timings["stages"]) == set(notebooks.STAGES) and timings["wall_s"] > 0
+    assert set(timings["notebooks"]) == {"01_probe", "02_select", "05_analyze", "04_evaluate base"} | {
+        f"{stage} {layout.run_id(a, s)}" for stage in ("03_train", "04_evaluate") for a, s in layout.planned_runs(cfg)}
     report = tiny_study / "report"
     for name in ("table1_gain.md", "table2_learnable.md", "fig2_accuracy_by_checkpoint.png",
                  "fig3_learnable_vs_gain.png", "fig_p_hat.png"):
@@ -74,3 +82,22 @@ def test_an_unknown_notebook_parameter_is_an_error(tmp_path):
     with pytest.raises(notebooks.NotebookParameterError, match="param_file"):
         notebooks.run_notebook("02_select", tmp_path / "x.ipynb", {"param_file": "tiny"})
     assert not (tmp_path / "x.ipynb").exists()
+
+
+def test_one_run_alone_by_papermill_with_arm_and_seed(tiny_study, tmp_path):
+    """What the runner executes per run, and what a user types: `papermill 03_train.ipynb out.ipynb
+    -p params_file tiny -p arm hard -p seed 0`. The study's run is finished, so it is only read."""
+    import papermill
+
+    done = tiny_study / "runs" / "hard-seed0" / "manifest.json"
+    before = done.read_text()
+    out = tmp_path / "hard-seed0.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "03_train.ipynb"), str(out), kernel_name="python3",
+                               parameters={"params_file": "tiny", "arm": "hard", "seed": 0, "progress": False},
+                               progress_bar=False, cwd=str(ROOT / "notebooks"))
+    printed = "".join("".join(o.get("text", "")) for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", []))
+    assert "1 runs: hard-seed0" in printed and done.read_text() == before
+    with pytest.raises(papermill.PapermillExecutionError, match=r"arm 'hardest' is not an arm of study 'tiny'"):
+        papermill.execute_notebook(str(ROOT / "notebooks" / "04_evaluate.ipynb"), str(tmp_path / "x.ipynb"),
+                                   kernel_name="python3", parameters={"params_file": "tiny", "arm": "hardest"},
+                                   progress_bar=False, cwd=str(ROOT / "notebooks"))

@@ -401,5 +401,9 @@ def report(cfg: Config) -> dict:
                         regression=regression, over=over)
     for paper in cfg.analyze.reports:
         summary[paper] = reports.get(paper).write(study)
+    if cfg.analyze.compare:
+        from .reports import grid
+
+        summary["grid"] = grid.write(study, summary)
     write_json(out / "summary.json", summary)
     return summary

@@ -138,7 +138,8 @@ def check_model_path(path: str, gguf_file: str | None = None) -> None:
 
 
 def resolve_paths(cfg: Config, base: Path) -> Config:
-    """``cfg`` with the file paths the user gave (``model.path``, ``dataset.source``) made
+    """``cfg`` with the file paths the user gave (``model.path``, ``dataset.source``, the params
+    files of ``analyze.compare``) made
     absolute against ``base``, the folder the command ran in. The notebooks' kernels run in
     ``notebooks/``, so a relative path handed on as typed would point elsewhere there."""
     changes = {}
@@ -149,6 +150,10 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
         path = base / Path(value).expanduser()  # an absolute or ~ path stays what it is
         if path.exists():
             changes[key] = str(path.resolve())
+    compare = [str((base / Path(e).expanduser()).resolve()) if (base / Path(e).expanduser()).is_file() else e
+               for e in cfg.analyze.compare]  # another study's params file, by path
+    if compare != list(cfg.analyze.compare):
+        changes["analyze.compare"] = compare
     return cfg.replace(**changes) if changes else cfg
 
 

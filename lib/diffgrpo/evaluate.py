@@ -204,13 +204,18 @@ def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: s
     return pd.read_parquet(path)
 
 
-def evaluate_runs(cfg: Config, progress: bool = True) -> pd.DataFrame:
+def evaluate_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> pd.DataFrame:
     """The base model, then every run of the study (``cfg.workers`` at a time), on every
-    evaluation set (``test`` first, then ``evaluate.sets``); the test set's summaries."""
+    evaluation set (``test`` first, then ``evaluate.sets``); the test set's summaries. With
+    ``arm`` and/or ``seed`` only those runs; ``arm="base"``: the base model alone."""
+    if arm == layout.BASE_RUN and seed is not None:
+        raise ValueError(f"arm {layout.BASE_RUN!r} (the untrained model) has no seed; got seed {seed!r}")
+    runs = [] if arm == layout.BASE_RUN else layout.planned_runs(cfg, arm, seed)  # an unknown arm fails first
     sets = cfg.eval_set_names()
     for eval_set in sets:
         evaluate_base(cfg, progress, eval_set)
-    runs = layout.planned_runs(cfg)
+    if arm == layout.BASE_RUN:
+        return read_summary(cfg, layout.BASE_RUN)
     jobs = [(cfg, s, seed, eval_set) for eval_set in sets for s, seed in runs]
     names = [layout.run_id(s, seed) + ("" if eval_set == TEST_SET else f" on {eval_set}") for _, s, seed, eval_set in jobs]
     parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=names, progress=progress, desc="evaluate")

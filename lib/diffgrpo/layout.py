@@ -146,9 +146,16 @@ def run_id(arm: str, seed: int) -> str:
     return f"{arm}-seed{seed}"
 
 
-def planned_runs(cfg: Config) -> list[tuple[str, int]]:
-    """The study's (arm, seed) runs: every arm x train.seeds, in the params' order."""
-    return [(a.name, seed) for a in cfg.arms for seed in cfg.train.seeds]
+def planned_runs(cfg: Config, arm: str | None = None, seed: int | None = None) -> list[tuple[str, int]]:
+    """The study's (arm, seed) runs: every arm x train.seeds, in the params' order; with
+    ``arm`` and/or ``seed``, only those (a name the study does not declare is an error)."""
+    arms = [a.name for a in cfg.arms]
+    if arm is not None and arm not in arms:
+        raise ValueError(f"arm {arm!r} is not an arm of study {cfg.study!r}; its arms are {arms}")
+    if seed is not None and seed not in cfg.train.seeds:
+        raise ValueError(f"seed {seed!r} is not one of the train.seeds {list(cfg.train.seeds)} of study {cfg.study!r}")
+    return [(a, s) for a in arms for s in cfg.train.seeds
+            if (arm is None or a == arm) and (seed is None or s == seed)]
 
 
 def run_dir(cfg: Config, arm: str, seed: int) -> Path:
@@ -166,3 +173,9 @@ def report_dir(cfg: Config) -> Path:
 
 def notebooks_dir(cfg: Config) -> Path:
     return study_dir(cfg) / "notebooks"
+
+
+def executed_notebook(cfg: Config, stage: str, rid: str | None = None) -> Path:
+    """Where the study keeps a stage's executed notebook: ``notebooks/<stage>.ipynb``, or for a
+    stage run once per run (or for the base model), ``notebooks/<stage>/<run_id>.ipynb``."""
+    return notebooks_dir(cfg) / (f"{stage}.ipynb" if rid is None else f"{stage}/{rid}.ipynb")

@@ -16,6 +16,14 @@ STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
 #: what every stage notebook's ``parameters`` cell declares (a test checks each notebook)
 PARAMETERS = ("params_file", "overrides", "progress")
+#: the stages that run once per (arm, seed): their notebooks also declare these two (None: every run)
+RUN_STAGES = ("03_train", "04_evaluate")
+RUN_PARAMETERS = ("arm", "seed")
+
+
+def parameters_of(stage: str) -> tuple[str, ...]:
+    """The names a stage notebook's ``parameters`` cell declares."""
+    return PARAMETERS + (RUN_PARAMETERS if stage in RUN_STAGES else ())
 #: names IPython itself puts in a kernel's namespace
 _KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
 
@@ -28,17 +36,18 @@ class StageFailed(RuntimeError):
     """A stage notebook raised; the message names the error and the executed copy to read."""
 
 
-def refuse_unknown_parameters(namespace: dict[str, Any]) -> None:
+def refuse_unknown_parameters(namespace: dict[str, Any], stage: str) -> None:
     """Called first thing after a notebook's parameters cell: papermill run directly (not
     through :func:`run_notebook`) injects a misspelled parameter (``-p params_fil tiny``) with
     only a warning and the notebook would run its default study. Here any name beside the
     declared parameters is an error."""
+    declared = parameters_of(stage)
     unknown = sorted(k for k, v in namespace.items()
-                     if not k.startswith("_") and k not in _KERNEL_NAMES and k not in PARAMETERS
+                     if not k.startswith("_") and k not in _KERNEL_NAMES and k not in declared
                      and not isinstance(v, types.ModuleType))
     if unknown:
         raise NotebookParameterError(f"unknown parameter(s) {unknown}; this notebook's parameters are "
-                                     f"{list(PARAMETERS)}")
+                                     f"{list(declared)}")
 
 
 def notebook_path(stage: str) -> Path:
@@ -88,3 +97,43 @@ def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel:
     failed.unlink(missing_ok=True)
     running.replace(out_path)
     return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One notebook execution, as a study's executor runs it (:mod:`diffgrpo.fanout`):
+
+        python -m diffgrpo.notebooks 03_train out.ipynb --parameters '{"params_file": "embedded", "arm": "hard", "seed": 0}'
+
+    Exits 1 with one line ``error: <stage>: <error>`` when the notebook fails (the executed
+    copy, with the traceback, is kept as ``<out>.failed.ipynb``)."""
+    import argparse
+    import json
+    import sys
+
+    # papermill validates notebooks with jsonschema, which imports rfc3987_syntax when installed
+    # (jupyterlab brings it) only to check "iri" strings, which no notebook schema uses; building
+    # its grammar takes 2.3 s, paid again by every notebook a study runs (docs/benchmarks.md)
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    ap = argparse.ArgumentParser(prog="python -m diffgrpo.notebooks", description=main.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=STAGES)
+    ap.add_argument("out_path", type=Path)
+    ap.add_argument("--parameters", type=json.loads, default={}, help="the notebook's parameters, as JSON")
+    ap.add_argument("--kernel", default=KERNEL)
+    args = ap.parse_args(argv)
+    try:
+        run_notebook(args.stage, args.out_path, args.parameters, kernel=args.kernel, progress=False)
+    except (StageFailed, NotebookParameterError) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print(f"error: {args.stage}: stopped; the executed copy is kept as "
+              f"{args.out_path.with_suffix('.failed.ipynb')}", file=sys.stderr, flush=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -218,7 +218,7 @@ class GenerationBackendConfig:
 class EvalSetConfig:
     """An evaluation set besides the held-out test set of the training task (which is always
     scored, as set ``test``). A null field takes the training dataset's value (``task``,
-    ``task_options`` (none when ``task`` is another task), ``source``, ``size``: ``dataset.*``;
+    ``task_options`` and ``source`` (none when ``task`` is another task), ``size``: ``dataset.*``;
     ``split``: ``dataset.test_split``) or
     the evaluation's (``greedy``, ``n_samples``, ``pass_k``, ``max_new_tokens``: ``evaluate.*``)."""
 
@@ -226,7 +226,8 @@ class EvalSetConfig:
     description: str = _f("", doc="what the set measures, in words (OOD, transfer, a subset...)")
     task: str | None = _f(None, doc="a name from diffgrpo.tasks.names() (null: dataset.task)")
     task_options: dict[str, Any] | None = _f(None, doc="the task's options (null: dataset.task_options)")
-    source: str | None = _f(None, doc="hub | offline | a local file (null: dataset.source)")
+    source: str | None = _f(None, doc="hub | offline | a local file (null: dataset.source, or the task's "
+                                     "default when `task` is another task)")
     split: str | None = _f(None, doc="the split scored (null: dataset.test_split)")
     size: int | None = _f(None, lo=1, doc="a seeded sample of N rows (null: dataset.test_size)")
     greedy: bool | None = _f(None, doc="greedy accuracy (null: evaluate.greedy)")
@@ -251,6 +252,9 @@ class AnalyzeConfig:
     metric: Literal["greedy_acc", "pass@1"] = _f("greedy_acc", doc="the accuracy tables report")
     reports: list[str] = _f(factory=lambda: ["003"], doc="the papers whose report to write, each beside its "
                             "reported numbers (diffgrpo.reports): \"003\", \"001\", \"000\"; quoted, as YAML reads 003 as 3")
+    compare: list[str] = _f(factory=list, doc="other studies (params files, by name or path) drawn beside this one "
+                            "in one report: 003's Table 1 grid over models x datasets, 000's transfer across "
+                            "training datasets (diffgrpo.reports.grid); run each first")
     bootstrap: int = _f(2000, lo=100, doc="resamples of the intervals (test prompts x seeds, and runs for R^2)")
     seed: int = _f(0, lo=0, doc="seed of the bootstrap's resampling")
 
@@ -335,6 +339,8 @@ class Config:
             "dataset.test_split": s.split, "dataset.test_size": s.size, "evaluate.greedy": s.greedy,
             "evaluate.n_samples": s.n_samples, "evaluate.pass_k": s.pass_k,
             "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
+        if s.task not in (None, self.dataset.task) and s.source is None:
+            changes["dataset.source"] = None  # nor is the training data's file or hub choice
         changes["evaluate.sets"] = []  # a set's own settings hold no further sets
         return self.replace(**changes)
 
@@ -429,6 +435,13 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     unknown = [r for r in cfg.analyze.reports if r not in PAPERS]
     if unknown or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
         fail("analyze.reports", f"= {cfg.analyze.reports}: each of {list(PAPERS)} at most once")
+    if len(set(cfg.analyze.compare)) != len(cfg.analyze.compare):
+        fail("analyze.compare", f"= {cfg.analyze.compare} names a study more than once")
+    for entry in cfg.analyze.compare:
+        try:
+            resolve(entry)
+        except ParamsError as err:
+            fail("analyze.compare", f"names {entry!r}, which is not a params file: {err}")
 
 
 #: a name that is safe as a folder and file name, and cannot be read as another run's id

@@ -1,12 +1,16 @@
-"""Run a whole study: the five stage notebooks in order, under papermill.
+"""Run a whole study: the stage notebooks under papermill, several at a time.
 
     python -m diffgrpo.study embedded                    # params/embedded.yaml
     python -m diffgrpo.study embedded --set train.max_steps=20 --stages 03_train 04_evaluate
 
-The params are validated before any notebook starts; each executed notebook is kept in
-``outputs/<study>/notebooks/``; stage times go to ``outputs/<study>/timings.json``.
-Every stage skips work already done (probe chunks, finished runs, evaluated checkpoints),
-so an interrupted study resumes where it stopped.
+The params are validated before any notebook starts. The probe, the selection and the
+analysis run once; training and evaluation run once per (arm, seed) run, as executions of
+``03_train`` / ``04_evaluate`` with ``arm`` and ``seed`` parameters, each kept in
+``outputs/<study>/notebooks/<stage>/<run>.ipynb`` as that run's record (the base model's
+evaluation is ``04_evaluate/base.ipynb``). ``workers`` of them execute at once
+(:mod:`diffgrpo.fanout`); a run is evaluated as soon as it has trained. Times per notebook go
+to ``outputs/<study>/timings.json``. Every stage skips work already done (probe chunks,
+finished runs, evaluated checkpoints), so an interrupted study resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from . import artifacts, data, layout, params
-from .notebooks import STAGES, NotebookParameterError, StageFailed, run_notebook
+from .fanout import Executor, LocalExecutor, NotebookJob
+from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
 
 
@@ -38,7 +44,8 @@ def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -
     """What each stage notebook is given: every path absolute. The kernels run in
     ``notebooks/``; a path as the user typed it means the folder the command ran in."""
     resolved = data.resolve_paths(cfg, Path.cwd())
-    paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source))
+    paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source),
+                               ("analyze.compare", list(resolved.analyze.compare)))
              if v != params.get(cfg, k)}
     return {"params_file": str(params.resolve(params_file).resolve()), "overrides": {**overrides, **paths}}
 
@@ -61,18 +68,56 @@ def main(argv: list[str] | None = None) -> int:
     nb_params = notebook_parameters(args.params_file, overrides, cfg)
     cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
     data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
-    out = layout.notebooks_dir(cfg)
+    executor = LocalExecutor(workers=cfg.workers, kernel=args.kernel)
+    return run_study(cfg, nb_params, args.stages, executor)
+
+
+def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) -> list[NotebookJob]:
+    """The study's notebook executions, each after the ones it reads from (only among
+    ``stages``: a stage left out is taken as done). One ``03_train`` and one ``04_evaluate`` per
+    (arm, seed), with ``workers: 1`` (the executor runs ``workers`` notebooks at once); the base
+    model's evaluation needs nothing before it, so it runs beside the probe."""
+    out: list[NotebookJob] = []
+
+    def add(stage: str, rid: str | None, after: list[str], **extra) -> None:
+        if stage not in stages:
+            return
+        parameters = {**nb_params, **extra}
+        if rid is not None:
+            parameters["overrides"] = {**nb_params["overrides"], "workers": 1}
+        name = stage if rid is None else f"{stage} {rid}"
+        out.append(NotebookJob(name, stage, layout.executed_notebook(cfg, stage, rid), parameters,
+                               tuple(a for a in after if a.split(" ")[0] in stages)))
+
+    add("01_probe", None, [])
+    add("02_select", None, ["01_probe"])
+    add("04_evaluate", layout.BASE_RUN, [], arm=layout.BASE_RUN)
+    for arm, seed in layout.planned_runs(cfg):
+        rid = layout.run_id(arm, seed)
+        add("03_train", rid, ["02_select"], arm=arm, seed=seed)
+        add("04_evaluate", rid, [f"03_train {rid}", f"04_evaluate {layout.BASE_RUN}"], arm=arm, seed=seed)
+    add("05_analyze", None, [j.name for j in out])
+    return out
+
+
+def run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
+    """Run the study's notebooks with ``executor``; record seconds per notebook and per stage."""
     timings_file = layout.study_dir(cfg) / "timings.json"
     timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
-    total = time.perf_counter()
-    for stage in args.stages:
-        print(f"== {stage} ({cfg.study})", flush=True)
-        t0 = time.perf_counter()
-        run_notebook(stage, out / f"{stage}.ipynb", nb_params, kernel=args.kernel)
-        timings[stage] = round(time.perf_counter() - t0, 1)
-        print(f"   {stage} done in {timings[stage]:.1f} s", flush=True)
-        artifacts.write_json(timings_file, timings)
-    print(f"study {cfg.study!r}: {time.perf_counter() - total:.1f} s; notebooks in {out}")
+    todo = jobs(cfg, nb_params, stages)
+    print(f"== {cfg.study}: {len(todo)} notebooks ({', '.join(s for s in STAGES if s in stages)}), "
+          f"{cfg.workers} at a time; executed copies in {layout.notebooks_dir(cfg)}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        seconds = executor.run(todo)
+    finally:
+        wall = round(time.perf_counter() - t0, 1)
+    per_job = {**timings.get("notebooks", {}), **seconds}
+    by_stage = {stage: round(sum(v for k, v in per_job.items() if k.split(" ")[0] == stage), 1)
+                for stage in STAGES if any(k.split(" ")[0] == stage for k in per_job)}
+    artifacts.write_json(timings_file, {"wall_s": wall, "stages": by_stage, "notebooks": per_job})
+    print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
+          + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
     report = layout.report_dir(cfg)
     if (report / "summary.json").exists():
         print(f"report: {report}/ (summary.json, tables, figures)")

@@ -903,9 +903,10 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     return run_dir
 
 
-def train_runs(cfg: Config, progress: bool = True) -> dict[str, Path]:
-    """Every (arm, seed) run of the study, ``cfg.workers`` at a time; run id -> folder."""
-    runs = layout.planned_runs(cfg)
+def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:
+    """Every (arm, seed) run of the study (or those of ``arm`` and/or ``seed``), ``cfg.workers``
+    at a time; run id -> folder."""
+    runs = layout.planned_runs(cfg, arm, seed)
     ids = [layout.run_id(s, seed) for s, seed in runs]
     done = parallel.run_jobs(train_run, [(cfg, s, seed) for s, seed in runs], cfg.workers, names=ids,
                              progress=progress, desc="train")

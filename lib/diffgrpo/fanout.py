@@ -1,0 +1,169 @@
+"""Run a study's notebook executions: each a job with the jobs it waits for.
+
+A study is a small graph of papermill executions (:func:`diffgrpo.study.jobs`): the probe,
+the selection, one ``03_train`` per (arm, seed), the base model's ``04_evaluate``, one
+``04_evaluate`` per (arm, seed) once that run has trained, and the analysis at the end. An
+:class:`Executor` runs such a list; it is the one interface between the study and where the
+notebooks execute. :class:`LocalExecutor` runs ``workers`` of them at a time on this machine,
+each in its own process (``python -m diffgrpo.notebooks``, the command :meth:`NotebookJob.argv`
+gives), so a job can be stopped and dies with the study. A cluster executor would submit the
+same commands to its queue, in an order that respects ``after``; nothing in the stages changes.
+
+Each run's evaluation starts as soon as that run has trained, beside the next training, so
+both cores stay busy to the end (the stage-by-stage runner left one idle while the last odd
+run trained, and again while the last evaluated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from .notebooks import StageFailed
+from .parallel import die_with_parent
+
+
+@dataclass(frozen=True)
+class NotebookJob:
+    """One papermill execution of a stage notebook into ``out_path``, after the jobs named in ``after``."""
+
+    name: str
+    stage: str
+    out_path: Path
+    parameters: dict = field(hash=False)
+    after: tuple[str, ...] = ()
+
+    def argv(self, kernel: str | None) -> list[str]:
+        """The command that runs this job alone (what a cluster executor would submit)."""
+        cmd = [sys.executable, "-m", "diffgrpo.notebooks", self.stage, str(self.out_path),
+               "--parameters", json.dumps(self.parameters)]
+        return cmd + (["--kernel", kernel] if kernel else [])
+
+    @property
+    def log_path(self) -> Path:
+        return self.out_path.with_suffix(".log")
+
+
+class Executor(Protocol):
+    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
+        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job.
+        A failed job raises :class:`StageFailed` naming it (after the jobs already running end);
+        jobs that depend on it do not start."""
+        ...
+
+
+def check_graph(jobs: Sequence[NotebookJob]) -> None:
+    """Unique names, known dependencies, no cycle."""
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate job names: {sorted({n for n in names if names.count(n) > 1})}")
+    known = set(names)
+    for j in jobs:
+        missing = [a for a in j.after if a not in known]
+        if missing:
+            raise ValueError(f"job {j.name!r} waits for unknown job(s) {missing}")
+    done: set[str] = set()
+    pending = list(jobs)
+    while pending:
+        ready = [j for j in pending if set(j.after) <= done]
+        if not ready:
+            raise ValueError(f"jobs wait for each other in a cycle: {[j.name for j in pending]}")
+        done |= {j.name for j in ready}
+        pending = [j for j in pending if j.name not in done]
+
+
+@dataclass
+class LocalExecutor:
+    """``workers`` notebook executions at a time on this machine, in the jobs' order as they
+    become ready. Each job writes its output beside its notebook (``<name>.log``)."""
+
+    workers: int = 1
+    kernel: str | None = None
+    progress: bool = True
+    poll_s: float = 0.2
+
+    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
+        check_graph(jobs)
+        pending = list(jobs)
+        running: dict[str, tuple[subprocess.Popen, float, object]] = {}
+        done: set[str] = set()
+        seconds: dict[str, float] = {}
+        failed: list[tuple[NotebookJob, str]] = []
+        by_name = {j.name: j for j in jobs}
+        bar = tqdm(total=len(jobs), desc=f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
+        shown = ""  # the running jobs the bar names, redrawn only when they change
+        parent = os.getpid()
+        try:
+            while pending or running:
+                while not failed and len(running) < self.workers:
+                    ready = next((j for j in pending if set(j.after) <= done), None)
+                    if ready is None:
+                        break
+                    pending.remove(ready)
+                    ready.out_path.parent.mkdir(parents=True, exist_ok=True)
+                    log = open(ready.log_path, "w")
+                    proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT,
+                                            preexec_fn=lambda: die_with_parent(parent))
+                    running[ready.name] = (proc, time.perf_counter(), log)
+                if not running:
+                    break  # a job failed: nothing more starts
+                time.sleep(self.poll_s)
+                for name, (proc, t0, log) in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    log.close()
+                    del running[name]
+                    if proc.returncode == 0:
+                        done.add(name)
+                        seconds[name] = round(time.perf_counter() - t0, 1)
+                        bar.update()
+                    else:
+                        failed.append((by_name[name], _error_of(by_name[name])))
+                if ", ".join(running) != shown:
+                    shown = ", ".join(running)
+                    bar.set_postfix_str(shown)
+        except BaseException:
+            _stop([p for p, _, _ in running.values()])
+            raise
+        finally:
+            bar.close()
+        if failed:
+            job, why = failed[0]
+            skipped = [j.name for j in pending]
+            more = f"; not started: {len(skipped)} job(s)" if skipped else ""
+            raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
+        return seconds
+
+
+def _error_of(job: NotebookJob) -> str:
+    """The error the job printed last (``error: <stage>: ...``, see :func:`notebooks.main`)."""
+    text = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+    i = text.rfind("error: ")
+    if i < 0:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "failed with no output"
+    why = text[i + len("error: "):].strip()
+    return why[len(job.stage) + 2:] if why.startswith(f"{job.stage}: ") else why
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """Interrupt running jobs (their notebooks are kept as ``.failed.ipynb``), then kill what remains."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.time() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
