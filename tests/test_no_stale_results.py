@@ -19,7 +19,8 @@ import pytest
 
 from diffgrpo import analyze, artifacts, embedded, evaluate, layout, params, probe, select, train
 
-SMALL = {"arms": ["hard", "random"], "dataset.task": "shuffled_objects",
+# workers 1: every stage in this process, so its warnings reach pytest.warns
+SMALL = {"workers": 1, "arms": ["hard", "random"], "dataset.task": "shuffled_objects",
          "dataset.task_options": {"people": [3, 4], "swaps": [1, 3], "train_size": 60, "test_size": 20}}
 
 
