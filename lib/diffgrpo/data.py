@@ -150,8 +150,8 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
         path = base / Path(value).expanduser()  # an absolute or ~ path stays what it is
         if path.exists():
             changes[key] = str(path.resolve())
-    compare = [str((base / Path(e).expanduser()).resolve()) if (base / Path(e).expanduser()).is_file() else e
-               for e in cfg.analyze.compare]  # another study's params file, by path
+    here = [base / Path(e).expanduser() for e in cfg.analyze.compare]  # another study's params file, by path
+    compare = [str(p.resolve()) if p.is_file() else e for p, e in zip(here, cfg.analyze.compare)]
     if compare != list(cfg.analyze.compare):
         changes["analyze.compare"] = compare
     return cfg.replace(**changes) if changes else cfg

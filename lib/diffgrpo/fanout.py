@@ -6,8 +6,10 @@ the selection, one ``03_train`` per (arm, seed), the base model's ``04_evaluate`
 :class:`Executor` runs such a list; it is the one interface between the study and where the
 notebooks execute. :class:`LocalExecutor` runs ``workers`` of them at a time on this machine,
 each in its own process (``python -m diffgrpo.notebooks``, the command :meth:`NotebookJob.argv`
-gives), so a job can be stopped and dies with the study. A cluster executor would submit the
-same commands to its queue, in an order that respects ``after``; nothing in the stages changes.
+gives), so a job can be stopped, and dies with the study, ``kill -9`` included (the job
+process asks Linux for ``PR_SET_PDEATHSIG``; its Jupyter kernel follows it through its parent
+poller). A cluster executor would submit the same commands to its queue, in an order that
+respects ``after``; nothing in the stages changes.
 
 Each run's evaluation starts as soon as that run has trained, beside the next training, so
 both cores stay busy to the end (the stage-by-stage runner left one idle while the last odd
@@ -29,8 +31,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from .notebooks import StageFailed
-from .parallel import die_with_parent
+from .notebooks import DIE_WITH_ENV, StageFailed
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class LocalExecutor:
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
                     log = open(ready.log_path, "w")
                     proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=lambda: die_with_parent(parent))
+                                            env={**os.environ, DIE_WITH_ENV: str(parent)})
                     running[ready.name] = (proc, time.perf_counter(), log)
                 if not running:
                     break  # a job failed: nothing more starts

@@ -19,6 +19,8 @@ PARAMETERS = ("params_file", "overrides", "progress")
 #: the stages that run once per (arm, seed): their notebooks also declare these two (None: every run)
 RUN_STAGES = ("03_train", "04_evaluate")
 RUN_PARAMETERS = ("arm", "seed")
+#: the pid a notebook job process dies with (set by diffgrpo.fanout for the processes it starts)
+DIE_WITH_ENV = "DIFFGRPO_DIE_WITH_PID"
 
 
 def parameters_of(stage: str) -> tuple[str, ...]:
@@ -108,12 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     copy, with the traceback, is kept as ``<out>.failed.ipynb``)."""
     import argparse
     import json
+    import os
     import sys
 
     # papermill validates notebooks with jsonschema, which imports rfc3987_syntax when installed
     # (jupyterlab brings it) only to check "iri" strings, which no notebook schema uses; building
     # its grammar takes 2.3 s, paid again by every notebook a study runs (docs/benchmarks.md)
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    if os.environ.get(DIE_WITH_ENV):  # started by a study's executor: die with it (its kernel follows)
+        from .parallel import die_with_parent
+
+        die_with_parent(int(os.environ[DIE_WITH_ENV]))
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.notebooks", description=main.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=STAGES)
