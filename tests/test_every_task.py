@@ -11,7 +11,6 @@ that fails on any task fails here, with the notebook's error.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
