@@ -106,3 +106,39 @@ def test_the_planned_runs_refuse_an_arm_or_seed_the_study_does_not_have():
     with pytest.raises(ValueError, match=r"seed 7 is not one of the train.seeds \[0\] of study 'tiny'"):
         layout.planned_runs(cfg, "hard", 7)
     assert layout.planned_runs(cfg, "easy", 0) == [("easy", 0)]
+
+
+def test_the_highest_priority_ready_job_starts_first_and_ties_keep_the_list_order(tmp_path):
+    ranks = {"a": 1.0, "b": 5.0, "c": 3.0, "d": 3.0}
+    jobs = [ScriptJob(n, "03_train", tmp_path / f"{n}.json", {"seconds": 0.05}, (), (lambda r=r: r))
+            for n, r in ranks.items()] + [job(tmp_path, "e", seconds=0.05)]  # no priority: rank 0
+    fanout.LocalExecutor(workers=1, progress=False, poll_s=0.01).run(jobs)
+    s = spans(tmp_path)
+    assert sorted(s, key=lambda n: s[n][0]) == ["b", "c", "d", "a", "e"]
+
+
+def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, monkeypatch):
+    """training_cost reads the probe's mean completion length over each run's selection (and
+    the arm's own steps): the hard selection's long traces outrank the easy one's."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    import pandas as pd
+
+    cfg = params.load("tiny", overrides={"arms": ["hard", "easy", {"name": "easy_long", "policy": "easy",
+                                                                     "train": {"max_steps": 40}}]})
+    probe = layout.probe_dir(cfg)
+    probe.mkdir(parents=True)
+    pd.DataFrame({"id": ["p1", "p2", "p3", "p4"], "mean_tokens": [60.0, 50.0, 14.0, 20.0]}).to_parquet(probe / "prompts.parquet")
+    layout.select_dir(cfg).mkdir(parents=True)
+    for arm, ids in {"hard": ["p1", "p2"], "easy": ["p3", "p4"], "easy_long": ["p3", "p4"]}.items():
+        pd.DataFrame({"id": ids}).to_parquet(layout.selection_file(cfg, arm))
+    t = cfg.train
+    assert study.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * 55.0
+    assert study.training_cost(cfg, "easy", 0) == t.max_steps * t.prompts_per_step * t.group_size * 17.0
+    assert study.training_cost(cfg, "easy_long", 0) == 40 * t.prompts_per_step * t.group_size * 17.0
+    nb = {"params_file": "tiny", "overrides": {}}
+    ranks = {j.name: j.rank() for j in study.jobs(cfg, nb)}
+    assert ranks["03_train easy_long-seed0"] > ranks["03_train hard-seed0"] > ranks["03_train easy-seed0"] > 0
+    assert ranks["04_evaluate hard-seed0"] == 0  # evaluations fill in behind the trainings
+    # before the selection exists, the length limit stands in
+    (layout.selection_file(cfg, "hard")).unlink()
+    assert study.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * t.max_completion_length

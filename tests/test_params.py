@@ -136,7 +136,8 @@ def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path):
 
 def test_an_evaluation_set_of_another_task_does_not_inherit_the_training_tasks_options():
     cfg = params.load("embedded")
-    assert cfg.for_eval_set("ood_swaps").dataset.task_options["swaps"] == [9, 12]  # the set's own options
+    assert cfg.dataset.task_options["swaps"] == [1, 5]
+    assert cfg.for_eval_set("ood_swaps").dataset.task_options["swaps"] == [6, 8]  # the set's own options
     cfg = cfg.replace(**{"evaluate.sets": [{"name": "arith", "task": "arithmetic", "size": 10}]})
     arith = cfg.for_eval_set("arith")
     assert (arith.dataset.task, arith.dataset.task_options, arith.dataset.test_size) == ("arithmetic", {}, 10)

@@ -11,9 +11,10 @@ process asks Linux for ``PR_SET_PDEATHSIG``; its Jupyter kernel follows it throu
 poller). A cluster executor would submit the same commands to its queue, in an order that
 respects ``after``; nothing in the stages changes.
 
-Each run's evaluation starts as soon as that run has trained, beside the next training, so
-both cores stay busy to the end (the stage-by-stage runner left one idle while the last odd
-run trained, and again while the last evaluated).
+Among the jobs ready to start, the one with the highest :attr:`NotebookJob.priority` goes
+first (ties: the list's order). The study gives each training its expected cost, so the
+longest runs start first and the short ones (and the evaluations) fill the cores at the end,
+instead of one long run training alone while the other core idles.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -43,6 +44,11 @@ class NotebookJob:
     out_path: Path
     parameters: dict = field(hash=False)
     after: tuple[str, ...] = ()
+    #: a number read when the job is ready to start (its inputs exist by then): higher starts first
+    priority: Callable[[], float] | None = field(default=None, hash=False, compare=False, repr=False)
+
+    def rank(self) -> float:
+        return self.priority() if self.priority is not None else 0.0
 
     def argv(self, kernel: str | None) -> list[str]:
         """The command that runs this job alone (what a cluster executor would submit)."""
@@ -85,8 +91,9 @@ def check_graph(jobs: Sequence[NotebookJob]) -> None:
 
 @dataclass
 class LocalExecutor:
-    """``workers`` notebook executions at a time on this machine, in the jobs' order as they
-    become ready. Each job writes its output beside its notebook (``<name>.log``)."""
+    """``workers`` notebook executions at a time on this machine: of the jobs ready to start,
+    the highest :meth:`NotebookJob.rank` first, then the list's order. Each job writes its
+    output beside its notebook (``<name>.log``)."""
 
     workers: int = 1
     kernel: str | None = None
@@ -107,9 +114,10 @@ class LocalExecutor:
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
-                    ready = next((j for j in pending if set(j.after) <= done), None)
-                    if ready is None:
+                    candidates = [j for j in pending if set(j.after) <= done]
+                    if not candidates:
                         break
+                    ready = max(candidates, key=lambda j: (j.rank(), -pending.index(j)))
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
                     log = open(ready.log_path, "w")

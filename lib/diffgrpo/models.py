@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -33,16 +35,19 @@ def load_model(
 ):
     """(model, tokenizer) in eval mode. ``path`` "embedded" means the packaged tiny model.
 
-    ``gguf_file``: a file inside ``path`` that transformers dequantizes on load (to
-    ``dtype``). ``adapter``: a PEFT LoRA folder, merged into the weights because generation
-    with a merged model is as fast as with the base."""
+    ``gguf_file``: a file inside ``path`` that transformers dequantizes (to ``dtype``); a local
+    one is dequantized once and read back from :func:`dequantized_gguf`'s cache after that.
+    ``adapter``: a PEFT LoRA folder, merged into the weights because generation with a merged
+    model is as fast as with the base."""
     if str(path) == "embedded":
         from .embedded import default_path
 
         path = default_path()
+    if gguf_file and (Path(path) / gguf_file).is_file():
+        path, gguf_file = dequantized_gguf(Path(path), gguf_file, dtype), None
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), **extra)
     if gguf_file:
         drop_dequantized_gguf_marker(model)
     if adapter is not None:
@@ -56,6 +61,41 @@ def load_model(
     if device is not None:
         model.to(device)
     return model.eval(), tokenizer
+
+
+def _dtype(dtype: str):
+    return dtype if dtype == "auto" else getattr(torch, dtype)
+
+
+def dequantized_gguf(folder: Path, gguf_file: str, dtype: str) -> Path:
+    """A model folder holding ``folder/gguf_file`` dequantized to ``dtype``, with its tokenizer.
+
+    transformers dequantizes a GGUF file on every load (about 25 s for SmolLM2-135M's 4-bit
+    file on one CPU thread, plus 6 s for its tokenizer), and a study loads the model in every
+    notebook. So the first load saves what it dequantized (safetensors, in ``dtype``) under
+    ``<cache>/gguf/<name>-<dtype>-<digest>/``, keyed by the file's sha256, and later loads read
+    that: the same tensors, the same tokenizer (``tests/test_smollm2_study.py`` checks both).
+    Parallel first loads are safe: each writes its own folder and one rename wins."""
+    digest = artifacts.file_digest(folder / gguf_file)[:16]
+    out = cache_dir() / "gguf" / f"{Path(gguf_file).stem}-{dtype}-{digest}"
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=_dtype(dtype))
+    drop_dequantized_gguf_marker(model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another process finished first: its folder holds the same files
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def drop_dequantized_gguf_marker(model) -> None:

@@ -16,6 +16,7 @@ finished runs, evaluated checkpoints), so an interrupted study resumes where it 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from . import artifacts, data, layout, params
+from . import artifacts, data, layout, params, select
 from .fanout import Executor, LocalExecutor, NotebookJob
 from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
@@ -79,7 +80,7 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
     model's evaluation needs nothing before it, so it runs beside the probe."""
     out: list[NotebookJob] = []
 
-    def add(stage: str, rid: str | None, after: list[str], **extra) -> None:
+    def add(stage: str, rid: str | None, after: list[str], priority=None, **extra) -> None:
         if stage not in stages:
             return
         parameters = {**nb_params, **extra}
@@ -87,17 +88,37 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
             parameters["overrides"] = {**nb_params["overrides"], "workers": 1}
         name = stage if rid is None else f"{stage} {rid}"
         out.append(NotebookJob(name, stage, layout.executed_notebook(cfg, stage, rid), parameters,
-                               tuple(a for a in after if a.split(" ")[0] in stages)))
+                               tuple(a for a in after if a.split(" ")[0] in stages), priority))
 
     add("01_probe", None, [])
     add("02_select", None, ["01_probe"])
     add("04_evaluate", layout.BASE_RUN, [], arm=layout.BASE_RUN)
     for arm, seed in layout.planned_runs(cfg):
         rid = layout.run_id(arm, seed)
-        add("03_train", rid, ["02_select"], arm=arm, seed=seed)
+        add("03_train", rid, ["02_select"], functools.cache(functools.partial(training_cost, cfg, arm, seed)),
+            arm=arm, seed=seed)
         add("04_evaluate", rid, [f"03_train {rid}", f"04_evaluate {layout.BASE_RUN}"], arm=arm, seed=seed)
     add("05_analyze", None, [j.name for j in out])
     return out
+
+
+def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
+    """A run's expected work, to start the longest first: update steps x completions a step x
+    the probe's mean completion length over the run's selection (its prompts' length where the
+    probe or the selection is missing). Read when the run is ready to start, after 02_select.
+    Only the order of the jobs depends on it, never a result."""
+    acfg = cfg.for_arm(arm)
+    t = acfg.train
+    try:
+        path = select.selection_path(acfg, arm, seed)
+        ids = artifacts.read_parquet(path, "02_select")["id"].astype(str)
+        probe = artifacts.read_parquet(layout.probe_dir(acfg) / "prompts.parquet", "01_probe").set_index("id")
+        tokens = float(probe.loc[probe.index.intersection(ids), "mean_tokens"].mean())
+    except (OSError, KeyError, ValueError, artifacts.ArtifactError):
+        tokens = float("nan")
+    if tokens != tokens:  # nan: no probe or selection to read; the length limit stands in
+        tokens = float(t.max_completion_length)
+    return float(t.max_steps * t.prompts_per_step * t.group_size * tokens)
 
 
 def run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
