@@ -142,3 +142,24 @@ def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, m
     # before the selection exists, the length limit stands in
     (layout.selection_file(cfg, "hard")).unlink()
     assert study.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * t.max_completion_length
+
+
+@dataclass(frozen=True)
+class BurnJob(fanout.NotebookJob):
+    """Spends ``burn`` CPU seconds in a child process it waits for (as a notebook's kernel)."""
+
+    def argv(self, kernel):
+        burn = self.parameters["burn"]
+        child = f"import time; t = time.process_time()\nwhile time.process_time() - t < {burn}: pass"
+        return [sys.executable, "-c", f"import subprocess, sys, time; time.sleep(0.2); "
+                                      f"subprocess.run([sys.executable, '-c', {child!r}], check=True)"]
+
+
+def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_path):
+    jobs = [BurnJob("busy", "03_train", tmp_path / "busy.ipynb", {"burn": 1.0}),
+            BurnJob("idle", "03_train", tmp_path / "idle.ipynb", {"burn": 0.0})]
+    ex = fanout.LocalExecutor(workers=2, progress=False, poll_s=0.05)
+    seconds = ex.run(jobs)
+    assert set(ex.cpu_seconds) == {"busy", "idle"}
+    assert 1.0 <= ex.cpu_seconds["busy"] - ex.cpu_seconds["idle"] <= 1.5
+    assert ex.cpu_seconds["idle"] < seconds["idle"]  # it slept: wall time is not CPU time

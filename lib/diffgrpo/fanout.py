@@ -99,6 +99,8 @@ class LocalExecutor:
     kernel: str | None = None
     progress: bool = True
     poll_s: float = 0.2
+    #: CPU seconds (user + system) of each job that succeeded, its kernel included
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
         check_graph(jobs)
@@ -128,13 +130,15 @@ class LocalExecutor:
                     break  # a job failed: nothing more starts
                 time.sleep(self.poll_s)
                 for name, (proc, t0, log) in list(running.items()):
-                    if proc.poll() is None:
+                    cpu = _reap(proc)
+                    if cpu is None:
                         continue
                     log.close()
                     del running[name]
                     if proc.returncode == 0:
                         done.add(name)
                         seconds[name] = round(time.perf_counter() - t0, 1)
+                        self.cpu_seconds[name] = round(cpu, 1)
                         bar.update()
                     else:
                         failed.append((by_name[name], _error_of(by_name[name])))
@@ -152,6 +156,16 @@ class LocalExecutor:
             more = f"; not started: {len(skipped)} job(s)" if skipped else ""
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
+
+
+def _reap(proc: subprocess.Popen) -> float | None:
+    """None while ``proc`` runs; once it has ended, its CPU seconds (user + system, with those of
+    the children it waited for: the notebook's kernel), and ``proc.returncode`` is set."""
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _error_of(job: NotebookJob) -> str:

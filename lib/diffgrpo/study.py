@@ -134,11 +134,18 @@ def run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], execut
     finally:
         wall = round(time.perf_counter() - t0, 1)
     per_job = {**timings.get("notebooks", {}), **seconds}
-    by_stage = {stage: round(sum(v for k, v in per_job.items() if k.split(" ")[0] == stage), 1)
-                for stage in STAGES if any(k.split(" ")[0] == stage for k in per_job)}
-    artifacts.write_json(timings_file, {"wall_s": wall, "stages": by_stage, "notebooks": per_job})
+    cpu = {**timings.get("cpu_s", {}).get("notebooks", {}), **getattr(executor, "cpu_seconds", {})}
+
+    def by_stage(per: dict[str, float]) -> dict[str, float]:
+        return {stage: round(sum(v for k, v in per.items() if k.split(" ")[0] == stage), 1)
+                for stage in STAGES if any(k.split(" ")[0] == stage for k in per)}
+
+    record = {"wall_s": wall, "stages": by_stage(per_job), "notebooks": per_job}
+    if cpu:  # CPU seconds (user + system) per notebook, kernel included, where the executor counts them
+        record["cpu_s"] = {"total": round(sum(cpu.values()), 1), "stages": by_stage(cpu), "notebooks": cpu}
+    artifacts.write_json(timings_file, record)
     print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
+          + ", ".join(f"{k} {v:.0f}" for k, v in record["stages"].items()))
     report = layout.report_dir(cfg)
     if (report / "summary.json").exists():
         print(f"report: {report}/ (summary.json, tables, figures)")
