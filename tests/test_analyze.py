@@ -37,6 +37,14 @@ def _groups(strategy: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _steps(strategy: str) -> pd.DataFrame:
+    """TRL's logged generation metrics: easy's completions grow a token a step, hard's are
+    truncated a tenth of the time."""
+    step = np.arange(1, STEPS[-1] + 1)
+    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if strategy == "easy" else 0),
+                         "completions/clipped_ratio": 0.1 if strategy == "hard" else 0.0})
+
+
 def _acc(strategy: str, seed: int, step: int) -> dict:
     """Accuracy rising linearly to the final value at the last checkpoint."""
     d = (DELTA[strategy] + 0.01 * seed) * step / STEPS[-1]
@@ -87,6 +95,7 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
             _groups(strategy).to_parquet(run / "groups.parquet")
+            _steps(strategy).to_parquet(run / "steps.parquet")
             # the evaluate stage repeats the base row as each run's step 0
             _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}},
                         trained=layout.trained_identity(manifest))
@@ -257,6 +266,7 @@ REPORT_FILES = {
     "table4_pass_k.csv", "table4_pass_k.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
+    "confounds.csv", "confounds.md", "fig_length.png",
 }
 
 
@@ -269,7 +279,11 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "003"}  # analyze.reports: ["003"]
+                            "confounds", "003"}  # analyze.reports: ["003"]
+    # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
+    assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
+                                            "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}
+    assert summary["confounds"]["hard"]["truncated_run"] == 0.1
     assert summary["eval_sets"] == ["test"]
     assert summary["003"]["table4"] == [
         {"arm": arm, "eval_set": "test", "k": k, "pass_at_k": v} for k, vs in ((1, (0.3, 0.3125, 0.3625)),
@@ -368,6 +382,7 @@ def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, 
     shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
     s001 = analyze.report(cfg)["001"]
     assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("hard", "easy", None)
+    assert s001["seed_variance"].startswith("included") and s001["contrasts"][0]["family"] == "arms"
     assert s001["rel_improvement_wrong_vs_right_pct"] == pytest.approx(100 * (0.525 - 0.425) / 0.425, abs=1e-4)
     (pair,) = s001["contrasts"]
     assert (pair["a"], pair["b"], pair["diff_pp"]) == ("easy", "hard", -10.0) and pair["ci95"][1] < 0

@@ -361,6 +361,47 @@ class StudyReport:
                    + (f"\n{note}\n" if note else ""))
 
 
+#: steps.parquet columns of the length / format view (TRL's logged generation metrics)
+CONFOUND_METRICS = {"completions/mean_length": "mean_length", "completions/clipped_ratio": "truncated",
+                    "completions/mean_terminated_length": "mean_terminated_length"}
+
+
+def confound_steps(study_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run and step, the completion length and truncation rate TRL logged (steps.parquet):
+    whether an arm's gain may come with a length change rather than with reasoning. Runs
+    without those columns (or without steps.parquet) are left out."""
+    frames = []
+    for strategy, seed in zip(runs["strategy"], runs["seed"]):
+        path = study_dir / "runs" / layout.run_id(strategy, seed) / "steps.parquet"
+        if not path.exists():
+            continue
+        steps = read_parquet(path, "03_train")
+        have = [c for c in CONFOUND_METRICS if c in steps]
+        if "completions/mean_length" not in have:
+            continue
+        frames.append(steps[["step", *have]].rename(columns=CONFOUND_METRICS).assign(strategy=strategy, seed=int(seed)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["strategy", "seed", "step"])
+
+
+def confound_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (mean over seeds): completion length and truncation rate over the first and last
+    ``FIRST_STEPS_FRAC`` of the steps and the whole run."""
+    if steps.empty:
+        return pd.DataFrame(columns=["strategy", "n_seeds"])
+    rows = []
+    for (strategy, seed), g in steps.groupby(["strategy", "seed"], sort=False):
+        cut = max(1, int(np.ceil(FIRST_STEPS_FRAC * g["step"].max())))
+        first, last = g[g["step"] <= cut], g[g["step"] > g["step"].max() - cut]
+        row = {"strategy": strategy, "seed": seed}
+        for col in [c for c in CONFOUND_METRICS.values() if c in g]:
+            row |= {f"{col}_first": first[col].mean(), f"{col}_last": last[col].mean(), f"{col}_run": g[col].mean()}
+        rows.append(row)
+    per_run = pd.DataFrame(rows)
+    out = per_run.drop(columns="seed").groupby("strategy", sort=False).mean()
+    out.insert(0, "n_seeds", per_run.groupby("strategy", sort=False).size())
+    return _sorted(out.reset_index())
+
+
 def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, seed: int) -> dict:
     """Figure 3's line over the runs that train on the verifier's reward (``control`` arms
     left out, named in ``excluded``), its R^2 with an interval that resamples arms then seeds
@@ -451,6 +492,16 @@ def report(cfg: Config) -> dict:
     save_figure(figures.plot_learnability(arms, cfg.train.group_size), out / "fig_learnability.png")
     save_figure(figures.plot_p_hat(selections), out / "fig_p_hat.png")
     save_figure(figures.plot_tiers(per_tier, metric), out / "fig_tiers.png")
+    steps = confound_steps(root, runs)
+    confounds = confound_table(steps)
+    write_csv(out / "confounds.csv", confounds.round(DIGITS))
+    write_text(out / "confounds.md", "# Length and format over training: completion length (tokens) and the share of "
+               f"completions truncated at max_completion_length, first and last {FIRST_STEPS_FRAC:.0%} of the steps and "
+               "the whole run, mean over seeds (TRL's logged metrics, steps.parquet). The answer-format rate is not "
+               "recorded during training (groups.parquet keeps the scores, not the completions).\n\n"
+               + (markdown(confounds.round(DIGITS)) if len(confounds) else "(no run logged completion lengths)\n"))
+    if not steps.empty:
+        save_figure(figures.plot_confounds(steps), out / "fig_length.png")
 
     line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts, control)
     summary = {
@@ -476,6 +527,8 @@ def report(cfg: Config) -> dict:
             "decision": r["decision"],
         } for r in pairs.to_dict("records")],
         "holm_families": families,
+        "confounds": {r["strategy"]: {k: _round(v) for k, v in r.items() if k not in ("strategy", "n_seeds")}
+                      for r in confounds.to_dict("records")},
         "learnability_prior": prior,
         "bootstrap": {"resamples": cfg.analyze.bootstrap, "seed": cfg.analyze.seed, "level": 0.95,
                       "over": over, "n_prompts": n_prompts,

@@ -140,3 +140,23 @@ def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
     ax.legend(fontsize="small")
     return fig
 
+
+
+
+def plot_confounds(steps: pd.DataFrame) -> Figure:
+    """Completion length and truncation rate by training step, one line per arm (mean over
+    seeds, a rolling mean over 5 steps): a length change that comes with a gain is a confound."""
+    cols = [c for c in ("mean_length", "truncated") if c in steps]
+    fig = Figure(figsize=(5.5 * len(cols), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(cols)))
+    colors = _colors(steps["strategy"])
+    curves = steps.groupby(["strategy", "step"], sort=False)[cols].mean().reset_index()
+    for ax, col in zip(axes, cols):
+        for s in strategy_order(curves["strategy"]):
+            c = curves[curves["strategy"] == s].sort_values("step")
+            ax.plot(c["step"], c[col].rolling(5, min_periods=1).mean(), color=colors[s], label=s)
+        ax.set(xlabel="training step", ylabel={"mean_length": "completion length (tokens)",
+                                               "truncated": "share truncated"}[col])
+        ax.legend(fontsize="x-small")
+    axes[0].set_title("Length and truncation over training (rolling mean of 5 steps)")
+    return fig
