@@ -474,7 +474,7 @@ def report(cfg: Config) -> dict:
     write_csv(out / "contrasts.csv", pairs.round(DIGITS))
     write_text(out / "contrasts.md", f"# Contrasts: gain of a minus gain of b (points), paired on the same test prompts "
                f"and seeds; 95% interval over {over}; p two-sided from {cfg.analyze.bootstrap} prompt resamples, more "
-               f"(up to {MAX_REFINE}x, column resamples) where its Monte Carlo error straddles a Holm threshold "
+               f"(up to {MAX_REFINE}x; column `resamples`) where its Monte Carlo error straddles a Holm threshold "
                "(still so at the cap: undecided); p_holm adjusted within each Holm family\n\n"
                f"Holm families: {family_text or 'none'}\n\n"
                + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))

@@ -75,7 +75,7 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
             xs = np.linspace(fitted["learnable_pct"].min(), fitted["learnable_pct"].max(), 2)
             ax.plot(xs, fit["intercept"] + fit["slope"] * xs, "k--", lw=1)
         r2 = "undefined" if fit["r2"] is None else f"{fit['r2']:.2f}"
-        ax.set(xlabel="learnable % (verifier's scores)", ylabel="gain (points)",
+        ax.set(xlabel="learnable % (verifier's scores)" if title == "ours" else "learnable %", ylabel="gain (points)",
                title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
         ax.legend(handles=handles, fontsize="x-small")
     return fig

@@ -57,7 +57,7 @@ MAX_REFINE = 16  # at most this many times analyze.bootstrap prompt resamples fo
 
 #: Holm's families, in the report's words
 FAMILIES = {"arms": "pairs of arms that train on the verifier's reward",
-            "control": "each arm against a control arm (a reward that ignores the answer)"}
+            "control": "each arm against a control arm, whose reward ignores the answer"}
 
 
 def _round(v: float) -> float | None:
@@ -143,9 +143,9 @@ class MeanDist:
         """Two-sided p of "the mean is 0" and its Monte Carlo standard error."""
         b = len(self.dev)
         if self.se_seed == 0:
-            p = boot_p(self.est + self.dev)
-            tail = p / 2
-            return p, float(2 * np.sqrt(tail * (1 - tail) / b))
+            draws = self.est + self.dev
+            tail = min((draws <= 0).mean(), (draws >= 0).mean())  # ties on both sides: all-zero draws, no MC error
+            return boot_p(draws), float(2 * np.sqrt(tail * (1 - tail) / b))
         below = self._below(0.0)
         tail = min(below.mean(), 1 - below.mean())
         return float(min(1.0, 2 * tail)), float(2 * below.std() / np.sqrt(b))
