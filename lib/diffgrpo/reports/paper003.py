@@ -55,7 +55,7 @@ def write(study) -> dict:
     runs, rep, out = study.runs, study.rep, study.out
     gains = summarize(runs, "gain_pp").merge(study.arms[["strategy", "ci_low", "ci_high"]], on="strategy", how="left")
     study.write_long("table1_gain", f"Table 1: accuracy change from the base model (points, {study.metric}, final "
-                     f"checkpoint; ours: mean over seeds [95% bootstrap interval over {study.over}]); 003's Table 3 "
+                     f"checkpoint; ours: mean over seeds [95% interval over {study.over}]); 003's Table 3 "
                      "(the weak baseline) below it", beside(gains, rep, ["gain_pp"]))
     study.write_long("table2_learnable", "Table 2: learnable % ((step, prompt) groups with nonzero reward std)",
                      beside(summarize(runs, "learnable_pct"), rep, ["learnable_pct"]))
