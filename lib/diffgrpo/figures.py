@@ -66,7 +66,7 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
         handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])
                    if s not in control]
         handles += [Line2D([], [], ls="", marker="o", mfc="none", color=colors[s],
-                           label=f"{s}: control (reward ignores the answer), not in the fit")
+                           label=f"{s} (control): not fitted")
                     for s in strategy_order(df["strategy"]) if s in control]
         handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
         fitted = df[~df["strategy"].isin(control)]
