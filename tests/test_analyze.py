@@ -617,3 +617,14 @@ def test_posterior_learnability_of_never_solved_prompts_is_not_zero():
     alpha, beta = select.fit_beta_prior(rng.binomial(8, rng.beta(0.6, 1.4, 20_000)), 8)
     assert alpha == pytest.approx(0.6, rel=0.1) and beta == pytest.approx(1.4, rel=0.1)
     assert select.fit_beta_prior([0, 0, 0], 8) == select.JEFFREYS
+
+
+def test_one_seed_intervals_are_the_percentile_bootstrap_as_before():
+    """With one seed nothing changed: the interval is the percentile bootstrap over test prompts
+    (the first analyze.bootstrap resamples, drawn as before issue 19)."""
+    rng = np.random.default_rng(3)
+    base, run = (rng.random(300) < 0.5).astype(float), (rng.random(300) < 0.6).astype(float)
+    boot = uncertainty.Bootstrap(300, 2000, 0)
+    arm = uncertainty.arm_intervals(_scores({("a", 0): run}, base), boot).iloc[0]
+    legacy = np.random.default_rng([0, 0]).multinomial(300, np.full(300, 1 / 300), size=2000) / 300
+    assert [arm["ci_low"], arm["ci_high"]] == uncertainty.interval(legacy @ (100.0 * (run - base)))
