@@ -13,7 +13,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo import analyze, layout, tables, uncertainty  # noqa: E402
+from diffgrpo import analyze, calibration, layout, select, tables, uncertainty  # noqa: E402
 from diffgrpo.reports import paper000, paper_numbers  # noqa: E402
 from diffgrpo.params import Config  # noqa: E402
 
@@ -35,6 +35,14 @@ def _groups(strategy: str) -> pd.DataFrame:
                          "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards, ddof=1)),
                          "learnable": bool(np.ptp(rewards) > 0)})
     return pd.DataFrame(rows)
+
+
+def _steps(strategy: str) -> pd.DataFrame:
+    """TRL's logged generation metrics: easy's completions grow a token a step, hard's are
+    truncated a tenth of the time."""
+    step = np.arange(1, STEPS[-1] + 1)
+    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if strategy == "easy" else 0),
+                         "completions/clipped_ratio": 0.1 if strategy == "hard" else 0.0})
 
 
 def _acc(strategy: str, seed: int, step: int) -> dict:
@@ -87,6 +95,7 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
             _groups(strategy).to_parquet(run / "groups.parquet")
+            _steps(strategy).to_parquet(run / "steps.parquet")
             # the evaluate stage repeats the base row as each run's step 0
             _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}},
                         trained=layout.trained_identity(manifest))
@@ -257,6 +266,7 @@ REPORT_FILES = {
     "table4_pass_k.csv", "table4_pass_k.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
+    "confounds.csv", "confounds.md", "fig_length.png",
 }
 
 
@@ -268,7 +278,12 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert json.loads(text) == summary and str(tmp_path) not in text
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
-                            "arms", "contrasts", "bootstrap", "eval_sets", "003"}  # analyze.reports: ["003"]
+                            "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
+                            "confounds", "003"}  # analyze.reports: ["003"]
+    # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
+    assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
+                                            "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}
+    assert summary["confounds"]["hard"]["truncated_run"] == 0.1
     assert summary["eval_sets"] == ["test"]
     assert summary["003"]["table4"] == [
         {"arm": arm, "eval_set": "test", "k": k, "pass_at_k": v} for k, vs in ((1, (0.3, 0.3125, 0.3625)),
@@ -282,20 +297,34 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
                                   "learnable_first_pct": 25.0, "steps": 10, "predicted_learnable_pct": easy_predicted}
     assert summary["verdict"].startswith("hard beat the base model's greedy accuracy (0.40): +12.5 points [")
     assert "hard is the best arm: its lead of +10.0 [" in summary["verdict"]
-    assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction "
-                                       "(95% intervals over 200 test prompts and 2 seeds)")
+    assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction within their family "
+                                       "(95% intervals over 200 test prompts and 2 seeds, the seed part a t with 1 "
+                                       "degrees of freedom)")
     hard = summary["arms"]["hard"]
     assert hard["gain_pp"] == 12.5 and hard["n_seeds"] == 2 and hard["learnable_pct"] == 75.0
-    assert 5 < hard["ci95"][0] < 12.5 < hard["ci95"][1] < 20
+    # seeds 0 and 1 differ by a point: the seed part (t, 1 df) widens the interval by about 12.7 x 0.5 points
+    assert 5 < hard["ci95"][0] < 12.5 < hard["ci95"][1] < 21
     assert summary["arms"]["easy"]["predicted_learnable_pct"] == easy_predicted
     (pair,) = summary["contrasts"]
     assert (pair["a"], pair["b"], pair["diff_pp"], pair["n_seeds"]) == ("easy", "hard", -10.0, 2)
     assert pair["ci95"][1] < 0 and pair["p_holm"] < 0.01 and pair["significant_holm"]
-    assert summary["bootstrap"] == {"resamples": 2000, "seed": 0, "level": 0.95, "over": "test prompts x seeds",
-                                    "n_prompts": 200, "interval": "percentile"}
+    assert summary["bootstrap"] == {"resamples": 2000, "seed": 0, "level": 0.95,
+                                    "over": "test prompts (bootstrap) and seeds (t, 1 df)", "n_prompts": 200,
+                                    "interval": "prompt bootstrap (shrunk to the prompts' own variance) convolved "
+                                                "with a t seed part (1 df)", "max_resamples": 32000}
+    assert summary["holm_families"] == {"arms": {"what": uncertainty.FAMILIES["arms"], "contrasts": ["easy - hard"]}}
+    assert (pair["family"], pair["decision"], pair["resamples"]) == ("arms", "differs", 2000)
+    # no probe of the pool in this folder: the posterior uses Jeffreys' prior
+    assert summary["learnability_prior"] == {"alpha": 0.5, "beta": 0.5, "prior": "Jeffreys (no probe of the pool found)",
+                                             "pool": None, "k": 8}
+    easy_posterior = 100 * np.mean([select.posterior_learnable([round(8 * p)], 8, 8) for p in (1.0, 1.0, 0.9)])
+    assert summary["arms"]["easy"]["predicted_posterior_pct"] == pytest.approx(easy_posterior, abs=1e-4)
+    assert summary["arms"]["hard"]["reward"] == "verifier"
     x, y = [25, 25, 75, 75], [2, 3, 12, 13]
     slope, intercept = np.polyfit(x, y, 1)
-    assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note", "r2_ci95"}
+    assert set(summary["regression"]) == {"slope", "intercept", "r2", "n", "note", "r2_ci95", "r2_arm_means", "arms",
+                                          "excluded", "r2_ci95_resamples"}
+    assert summary["regression"]["excluded"] == [] and summary["regression"]["arms"] == ["easy", "hard"]
     lo, hi = summary["regression"]["r2_ci95"]
     assert lo <= summary["regression"]["r2"] <= hi <= 1
     assert summary["regression"]["n"] == 4 and summary["regression"]["slope"] == pytest.approx(slope, abs=1e-4)
@@ -353,6 +382,7 @@ def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, 
     shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
     s001 = analyze.report(cfg)["001"]
     assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("hard", "easy", None)
+    assert s001["seed_variance"].startswith("included") and s001["contrasts"][0]["family"] == "arms"
     assert s001["rel_improvement_wrong_vs_right_pct"] == pytest.approx(100 * (0.525 - 0.425) / 0.425, abs=1e-4)
     (pair,) = s001["contrasts"]
     assert (pair["a"], pair["b"], pair["diff_pp"]) == ("easy", "hard", -10.0) and pair["ci95"][1] < 0
@@ -394,7 +424,10 @@ def test_always_right_against_always_wrong_excludes_zero():
     rw = pairs.loc[("right", "wrong")]  # tables.strategy_order: alphabetical after 003's four
     assert rw["diff_pp"] == 100 and rw["ci_low"] == 100 and rw["excludes_zero"]
     assert rw["p"] == pytest.approx(2 / 1001) and rw["significant_holm"]
-    assert pairs.loc[("noisy", "right"), "ci_high"] < 0 and pairs.loc[("noisy", "wrong"), "ci_low"] > 0
+    # noisy's two seeds score 50% and 34%: with a t of 1 degree of freedom, 2 seeds that disagree by 16 points
+    # cannot exclude a 58-point contrast (a crossed bootstrap did, which is what made it anti-conservative)
+    nr = pairs.loc[("noisy", "right")]
+    assert nr["diff_pp"] == pytest.approx(-58.0) and nr["ci_low"] < -58 < 0 < nr["ci_high"]
 
 
 def test_interval_width_shrinks_with_more_prompts():
@@ -443,7 +476,7 @@ def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
                           "p": [0.5], "p_holm": [0.5], "significant_holm": [False]})
     line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
     assert best is None and "not distinguishable at this size: the lead of +1.0 [-2.0, +4.0] points over easy" in line
-    assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed-to-seed spread is not in them))")
+    assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed variance is not included))")
     line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
     assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy excludes 0" in line
 
@@ -477,6 +510,11 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
         run = layout.run_dir(cfg, "random_reward", s) / "groups.parquet"
         g = pd.read_parquet(run)
         g.assign(scores=g["rewards"], rewards=[[0.0] * 4] * len(g)).to_parquet(run)
+    # the pool's probe: the posterior's prior is fit to it
+    pool = np.random.default_rng(0).binomial(8, np.random.default_rng(1).beta(0.6, 1.4, 500))
+    layout.probe_dir(cfg).mkdir(parents=True)
+    pd.DataFrame({"id": [f"q{i}" for i in range(500)], "k": 8, "n_correct": pool, "p_hat": pool / 8}).to_parquet(
+        layout.probe_dir(cfg) / "prompts.parquet")
     summary = analyze.report(cfg)
     arms = summary["arms"]
     pred = [100 * np.mean([1 - 0.5**8 - 0.5**8, 1 - p**8 - (1 - p) ** 8]) for p in (0.0, 0.1, 0.2)]
@@ -484,3 +522,109 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     assert arms["random_reward"]["learnable_pct"] == 50.0 and arms["random"]["n_seeds"] == 3
     assert len(summary["contrasts"]) == 3 and len(summary["runs"]) == 9
     assert (layout.report_dir(cfg) / "fig_learnability.png").exists()
+
+    # issue 19: the control is known by its policy; Figure 3 and the Holm family of the arms leave it out
+    assert arms["random_reward"]["reward"] == "control" and arms["random"]["reward"] == "verifier"
+    reg = summary["regression"]
+    assert reg["excluded"] == ["random_reward"] and reg["arms"] == ["hard", "random"] and reg["n"] == 6
+    real = [r for r in summary["runs"] if r["strategy"] != "random_reward"]
+    r2 = np.corrcoef([r["learnable_pct"] for r in real], [r["gain_pp"] for r in real])[0, 1] ** 2
+    assert reg["r2"] == pytest.approx(r2, abs=1e-4)
+    families = {(c["a"], c["b"]): c["family"] for c in summary["contrasts"]}
+    assert families == {("hard", "random"): "arms", ("hard", "random_reward"): "control",
+                        ("random", "random_reward"): "control"}
+    assert summary["holm_families"]["control"]["contrasts"] == ["hard - random_reward", "random - random_reward"]
+    (arm_pair,) = [c for c in summary["contrasts"] if c["family"] == "arms"]
+    assert arm_pair["p_holm"] == arm_pair["p"]  # a family of one: Holm changes nothing
+    assert "contrasts with the control differ from 0" in summary["verdict"]
+    assert "Holm families: arms (" in (layout.report_dir(cfg) / "contrasts.md").read_text()
+    prior = summary["learnability_prior"]
+    assert prior["pool"] == 500 and prior["prior"].startswith("method of moments")
+    assert prior["alpha"] == pytest.approx(0.6, rel=0.3) and prior["beta"] == pytest.approx(1.4, rel=0.3)
+    # hard's selection has p_hat 0, 0, 0.1, 0.2: the plug-in predicts little, the posterior more
+    assert arms["hard"]["predicted_posterior_pct"] > arms["hard"]["predicted_learnable_pct"]
+
+
+def test_control_arm_by_its_definition_not_its_name():
+    cfg = Config(study="s").replace(**{"arms": [{"name": "random_reward", "policy": "random"},
+                                                 {"name": "noise", "policy": "random_reward"}, "hard", "easy"]})
+    manifests = [{"strategy": "hard", "reward": {"kind": "verifier"}}, {"strategy": "easy", "reward": {"kind": "bernoulli"}},
+                 {"strategy": "random_reward"}]
+    assert analyze.control_arms(cfg, manifests) == ["easy", "noise"]
+
+
+# ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----
+
+
+def test_few_seed_intervals_hold_their_error_rates():
+    """Issue 19's setting, 300 test prompts and a seed sd of 3 and 5 points: null contrasts are
+    called at most at 5% plus Monte Carlo error, arm gains covered near 95% (the t seed part is
+    conservative: about 97-98%), at 2 and 3 seeds. The project's crossed bootstrap called 7.7-9.8%.
+    ``python -m diffgrpo.calibration`` runs the same with 2000 simulations per setting."""
+    for n_seeds in (2, 3):
+        for sd in (3.0, 5.0):
+            r = calibration.error_rates(n_seeds, sd, n_sims=600)
+            assert r["false_positive"] <= 0.05 + 2.5 * r["false_positive_mc_se"], r
+            assert 0.93 <= r["coverage"] <= 0.995, r
+
+
+def test_a_p_value_near_a_holm_threshold_is_decided_with_more_resamples_or_undecided():
+    """One seed, a contrast with p near 0.05: the resamples double until the Monte Carlo
+    interval of p excludes 0.05, so every bootstrap seed that decides decides the same."""
+    n = 300
+    diff = np.zeros(n)
+    diff[:40], diff[40:40 + 23] = 1.0, -1.0  # mean 17/300, sd ~0.46: z about 2.1
+    scores = _scores({("a", 0): diff, ("b", 0): np.zeros(n)})
+    decisions = set()
+    for seed in range(4):
+        (pair,) = uncertainty.contrasts(scores, uncertainty.Bootstrap(n, 500, seed)).to_dict("records")
+        assert pair["resamples"] > 500  # 500 resamples could not tell p from 0.05
+        if pair["decision"] != "undecided":
+            assert abs(pair["p"] - 0.05) > uncertainty.MC_Z * pair["p_mc_se"]
+            decisions.add(pair["decision"])
+        else:
+            assert pair["resamples"] == 500 * uncertainty.MAX_REFINE and not pair["significant_holm"]
+    assert len(decisions) <= 1
+    assert uncertainty.on_edge(0.05, 0.001, 1) and not uncertainty.on_edge(0.2, 0.001, 3)
+    assert uncertainty.on_edge(0.025, 0.001, 2)  # 0.05 / 2: the second Holm threshold of a family of 2
+
+
+def test_r2_interval_resamples_arms_then_seeds():
+    """Runs of one arm share a selection: 4 arms x 3 tight seeds are 4 points, not 12; the
+    interval over arms is wider than one that treats the 12 runs as independent."""
+    rng = np.random.default_rng(0)
+    arm_x, arm_y = np.array([50.0, 60, 70, 80]), np.array([2.0, 8, 3, 9])
+    x = np.repeat(arm_x, 3) + rng.normal(0, 0.5, 12)
+    y = np.repeat(arm_y, 3) + rng.normal(0, 0.5, 12)
+    groups = np.repeat(["a", "b", "c", "d"], 3)
+    by_arm = uncertainty.r2_interval(x, y, 2000, 0, groups=groups)
+    by_run = uncertainty.r2_interval(x, y, 2000, 0)
+    r2 = uncertainty.fit_line(x, y)["r2"]
+    assert by_arm[0] <= r2 <= by_arm[1] and by_arm[1] - by_arm[0] > (by_run[1] - by_run[0]) + 0.1
+    assert by_arm[1] > 0.95  # two of the four arms drawn: two tight clusters, a line through them
+
+
+def test_posterior_learnability_of_never_solved_prompts_is_not_zero():
+    from scipy.special import betaln
+
+    # p_hat 0 of 8 with Jeffreys' prior: posterior Beta(0.5, 8.5)
+    expected = 1 - np.exp(betaln(8.5, 8.5) - betaln(0.5, 8.5)) - np.exp(betaln(0.5, 16.5) - betaln(0.5, 8.5))
+    assert select.predicted_learnable(np.zeros(3), 8) == 0
+    assert select.posterior_learnable([0, 0, 0], 8, 8) == pytest.approx(expected) and expected > 0.2
+    p = np.random.default_rng(0).beta(0.5, 8.5, 400_000)
+    assert np.mean(1 - p**8 - (1 - p) ** 8) == pytest.approx(expected, abs=3e-3)
+    rng = np.random.default_rng(1)
+    alpha, beta = select.fit_beta_prior(rng.binomial(8, rng.beta(0.6, 1.4, 20_000)), 8)
+    assert alpha == pytest.approx(0.6, rel=0.1) and beta == pytest.approx(1.4, rel=0.1)
+    assert select.fit_beta_prior([0, 0, 0], 8) == select.JEFFREYS
+
+
+def test_one_seed_intervals_are_the_percentile_bootstrap_as_before():
+    """With one seed nothing changed: the interval is the percentile bootstrap over test prompts
+    (the first analyze.bootstrap resamples, drawn as before issue 19)."""
+    rng = np.random.default_rng(3)
+    base, run = (rng.random(300) < 0.5).astype(float), (rng.random(300) < 0.6).astype(float)
+    boot = uncertainty.Bootstrap(300, 2000, 0)
+    arm = uncertainty.arm_intervals(_scores({("a", 0): run}, base), boot).iloc[0]
+    legacy = np.random.default_rng([0, 0]).multinomial(300, np.full(300, 1 / 300), size=2000) / 300
+    assert [arm["ci_low"], arm["ci_high"]] == uncertainty.interval(legacy @ (100.0 * (run - base)))

@@ -21,11 +21,20 @@ Choices where the papers are vague:
   probe's p_hat; per seed for random), against the observed learnable %, over the first
   ``FIRST_STEPS_FRAC`` of the steps and over the whole run. For the control arm (random
   reward) the observed learnable % is that of the verifier's scores (``groups.scores``).
+  The plug-in p_hat predicts 0 for a prompt probed 0 (or K) of K; the posterior prediction
+  (``predicted_posterior_pct``) takes the expectation over each prompt's Beta posterior, with
+  a Beta prior fit to the whole pool's probe by the method of moments (Jeffreys' Beta(0.5,
+  0.5) when the pool's probe is not there): ``select.posterior_learnable``.
+- a control arm is one whose policy is ``select.CONTROL`` or whose run manifests record a
+  reward other than the verifier's: Figure 3's fit leaves it out (its x is the verifier's
+  learnable %, not that of the reward it trained on) and its contrasts form their own Holm
+  family (:mod:`diffgrpo.uncertainty`).
 - ``analyze.bootstrap`` resamples, drawn from ``analyze.seed``; both are in ``summary.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +49,8 @@ from .params import Config
 from .reports import paper_numbers
 from .tables import (DIGITS, FIRST_STEPS_FRAC, accuracy_curves, base_accuracy, final_checkpoints, markdown,
                      strategy_order, tier_accuracy, _sorted)
-from .uncertainty import (Bootstrap, _round, arm_intervals, contrasts, curve_intervals, fit_line, r2_interval,
-                          verdict_with_intervals)
+from .uncertainty import (MAX_REFINE, Bootstrap, _round, arm_intervals, contrasts, curve_intervals, fit_line,
+                          holm_families, r2_interval, verdict_with_intervals)
 
 
 # ------------------------------------------------------------------------------------
@@ -201,6 +210,44 @@ def predicted_learnable(selections: pd.DataFrame, runs: pd.DataFrame, group_size
 
 
 
+def learnability_prior(cfg: Config) -> dict:
+    """The Beta prior of the posterior learnability prediction: fit to the pool's probe
+    (``select.fit_beta_prior``), or Jeffreys' when the probe's prompts.parquet is not there."""
+    path = layout.probe_dir(cfg) / "prompts.parquet"
+    if path.exists():
+        pool = read_parquet(path, "01_probe", columns=["n_correct", "k"])
+        alpha, beta = select.fit_beta_prior(pool["n_correct"], pool["k"])
+        fit = "method of moments of the beta-binomial over the pool's probe" if (alpha, beta) != select.JEFFREYS \
+            else "Jeffreys (the pool's probe gave nothing to fit)"
+        return {"alpha": _round(alpha), "beta": _round(beta), "prior": fit, "pool": len(pool), "k": cfg.probe.k}
+    return {"alpha": 0.5, "beta": 0.5, "prior": "Jeffreys (no probe of the pool found)", "pool": None, "k": cfg.probe.k}
+
+
+
+def posterior_learnable(selections: pd.DataFrame, runs: pd.DataFrame, group_size: int, prior: dict) -> pd.Series:
+    """Each run's predicted learnable % at step 0 under each selected prompt's Beta posterior
+    (n_correct = p_hat x K of the probe)."""
+    out = []
+    for strategy, seed in zip(runs["strategy"], runs["seed"]):
+        sel = selections[selections["strategy"] == strategy]
+        if sel["train_seed"].notna().any():
+            sel = sel[sel["train_seed"] == seed]
+        n_correct = np.round(sel["p_hat"].to_numpy(float) * prior["k"])
+        out.append(100.0 * select.posterior_learnable(n_correct, prior["k"], group_size, (prior["alpha"], prior["beta"]))
+                   if len(sel) else np.nan)
+    return pd.Series(out, index=runs.index, dtype=float)
+
+
+
+def control_arms(cfg: Config, manifests: list[dict]) -> list[str]:
+    """Arms that do not train on the verifier's reward: by the arm's policy (``select.CONTROL``),
+    or by the reward their run manifests record."""
+    names = {a.name for a in cfg.arms if a.policy == select.CONTROL}
+    names |= {m["strategy"] for m in manifests if (m.get("reward") or {}).get("kind", "verifier") != "verifier"}
+    return strategy_order(names)
+
+
+
 def prompt_scores(study_dir: Path, rid: str, metric: str) -> pd.DataFrame:
     """Per-prompt score of one evaluation at every evaluated step (columns: step x prompt_id):
     greedy correctness for ``greedy_acc``, the mean over sampled completions for ``pass@1``."""
@@ -292,8 +339,9 @@ class StudyReport:
     arms: pd.DataFrame          # per arm: gain, its interval, learnable %
     pairs: pd.DataFrame         # paired contrasts between arms
     rep: pd.DataFrame           # the reported numbers of the papers in analyze.reports
-    regression: dict            # Figure 3's fit over our runs
+    regression: dict            # Figure 3's fit over our runs (those that train on the verifier's reward)
     over: str                   # what the intervals resample, in words
+    control: list[str] = dataclasses.field(default_factory=list)  # arms not trained on the verifier's reward
 
     @property
     def label(self) -> dict:
@@ -313,15 +361,77 @@ class StudyReport:
                    + (f"\n{note}\n" if note else ""))
 
 
+#: steps.parquet columns of the length / format view (TRL's logged generation metrics)
+CONFOUND_METRICS = {"completions/mean_length": "mean_length", "completions/clipped_ratio": "truncated",
+                    "completions/mean_terminated_length": "mean_terminated_length"}
+
+
+def confound_steps(study_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run and step, the completion length and truncation rate TRL logged (steps.parquet):
+    whether an arm's gain may come with a length change rather than with reasoning. Runs
+    without those columns (or without steps.parquet) are left out."""
+    frames = []
+    for strategy, seed in zip(runs["strategy"], runs["seed"]):
+        path = study_dir / "runs" / layout.run_id(strategy, seed) / "steps.parquet"
+        if not path.exists():
+            continue
+        steps = read_parquet(path, "03_train")
+        have = [c for c in CONFOUND_METRICS if c in steps]
+        if "completions/mean_length" not in have:
+            continue
+        frames.append(steps[["step", *have]].rename(columns=CONFOUND_METRICS).assign(strategy=strategy, seed=int(seed)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["strategy", "seed", "step"])
+
+
+def confound_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (mean over seeds): completion length and truncation rate over the first and last
+    ``FIRST_STEPS_FRAC`` of the steps and the whole run."""
+    if steps.empty:
+        return pd.DataFrame(columns=["strategy", "n_seeds"])
+    rows = []
+    for (strategy, seed), g in steps.groupby(["strategy", "seed"], sort=False):
+        cut = max(1, int(np.ceil(FIRST_STEPS_FRAC * g["step"].max())))
+        first, last = g[g["step"] <= cut], g[g["step"] > g["step"].max() - cut]
+        row = {"strategy": strategy, "seed": seed}
+        for col in [c for c in CONFOUND_METRICS.values() if c in g]:
+            row |= {f"{col}_first": first[col].mean(), f"{col}_last": last[col].mean(), f"{col}_run": g[col].mean()}
+        rows.append(row)
+    per_run = pd.DataFrame(rows)
+    out = per_run.drop(columns="seed").groupby("strategy", sort=False).mean()
+    out.insert(0, "n_seeds", per_run.groupby("strategy", sort=False).size())
+    return _sorted(out.reset_index())
+
+
+def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, seed: int) -> dict:
+    """Figure 3's line over the runs that train on the verifier's reward (``control`` arms
+    left out, named in ``excluded``), its R^2 with an interval that resamples arms then seeds
+    within them, and the R^2 over the arms' means."""
+    real = runs[~runs["strategy"].isin(list(control))]
+    regression = fit_line(real["learnable_pct"], real["gain_pp"])
+    regression["r2_ci95"] = (r2_interval(real["learnable_pct"], real["gain_pp"], n_boot, seed, groups=real["strategy"])
+                             if regression["r2"] is not None else None)
+    means = real.groupby("strategy", sort=False)[["learnable_pct", "gain_pp"]].mean()
+    regression["r2_arm_means"] = fit_line(means["learnable_pct"], means["gain_pp"])["r2"]
+    regression["arms"] = strategy_order(real["strategy"])
+    regression["excluded"] = [s for s in strategy_order(runs["strategy"]) if s in set(control)]
+    regression["r2_ci95_resamples"] = "arms, then seeds within each drawn arm"
+    return regression
+
+
+
 def report(cfg: Config) -> dict:
     """Read the study's files, write every table, figure and ``summary.json`` to
     ``layout.report_dir(cfg)``, and return the summary.
 
     ``summary.json``: ``runs`` (one row per (arm, seed)), ``arms`` (per arm: mean gain over
-    seeds, its ``ci95``, learnable % observed and predicted, ``n_seeds``), ``contrasts`` (per
-    pair: ``diff_pp``, ``ci95``, ``p``, ``p_holm``), ``bootstrap`` (resamples, seed, what was
-    resampled), ``regression`` (with ``r2_ci95``), ``paper_regression``, ``best`` (None unless its
-    lead excludes 0), ``verdict``, ``metric``, ``skipped``, ``eval_sets``; then one section per
+    seeds, its ``ci95``, learnable % observed and predicted (plug-in and posterior), ``n_seeds``,
+    ``reward``: verifier or control), ``contrasts`` (per pair: ``diff_pp``, ``ci95``, ``p``, its
+    Monte Carlo ``p_mc_se`` and ``resamples``, ``family``, ``p_holm`` within the family,
+    ``decision``), ``holm_families``, ``learnability_prior``, ``bootstrap`` (resamples, seed, what
+    was resampled, the interval's method), ``regression`` (over the verifier-reward arms, with
+    ``r2_ci95`` over arms then seeds, ``r2_arm_means``, ``excluded``), ``paper_regression``,
+    ``best`` (None unless its lead excludes 0), ``verdict``, ``metric``, ``skipped``,
+    ``eval_sets``; then one section per
     paper of ``analyze.reports``, named after it (``"003"``, ``"001"``, ``"000"``:
     :mod:`diffgrpo.reports`). ``paper_tables.md`` lists every number all four papers report,
     as the reference sheet.
@@ -337,34 +447,44 @@ def report(cfg: Config) -> dict:
 
     selections = study_selections(cfg)
     runs["predicted_learnable_pct"] = predicted_learnable(selections, runs, cfg.train.group_size)
+    prior = learnability_prior(cfg)
+    posterior = posterior_learnable(selections, runs, cfg.train.group_size, prior)
+    control = control_arms(cfg, complete)
     scores = Scores(root, runs, metric)
     boot = Bootstrap(len(scores.prompts), cfg.analyze.bootstrap, cfg.analyze.seed)
-    learn = runs.groupby("strategy")[["learnable_pct", "learnable_first_pct", "predicted_learnable_pct"]].mean()
+    learn = runs.assign(predicted_posterior_pct=posterior).groupby("strategy")[
+        ["learnable_pct", "learnable_first_pct", "predicted_learnable_pct", "predicted_posterior_pct"]].mean()
     arms = arm_intervals(scores, boot).merge(learn, left_on="strategy", right_index=True)
-    pairs = contrasts(scores, boot)
+    pairs = contrasts(scores, boot, control)
     curves = accuracy_curves(evals, metric).merge(curve_intervals(scores, boot), on=["strategy", "step"], how="left")
     n_prompts = len(scores.prompts)
-    over = "test prompts x seeds" if arms["n_seeds"].max() > 1 else "test prompts only (one seed per arm)"
+    seeds = int(arms["n_seeds"].max())
+    over = (f"test prompts (bootstrap) and seeds (t, {seeds - 1} df)" if seeds > 1
+            else "test prompts only (one seed per arm: seed variance is not included)")
+    families = holm_families(pairs)
+    family_text = "; ".join(f"{f} ({v['what']}): {', '.join(v['contrasts'])}" for f, v in families.items())
 
     write_csv(out / "runs.csv", runs.round(DIGITS))
     write_text(out / "runs.md", f"# Runs ({metric}; gain in points)\n\n{markdown(runs.round(DIGITS))}")
     write_csv(out / "arms.csv", arms.round(DIGITS))
     write_text(out / "arms.md", f"# Arms: gain (points, {metric}) with its 95% interval over {over}; learnable % "
-               f"observed (first {FIRST_STEPS_FRAC:.0%} of steps, whole run) and predicted from the probe\n\n"
+               f"observed (first {FIRST_STEPS_FRAC:.0%} of steps, whole run) and predicted from the probe (plug-in "
+               f"p_hat; posterior: Beta({prior['alpha']:g}, {prior['beta']:g}) prior, {prior['prior']})\n\n"
                + markdown(arms.round(DIGITS)))
     write_csv(out / "contrasts.csv", pairs.round(DIGITS))
     write_text(out / "contrasts.md", f"# Contrasts: gain of a minus gain of b (points), paired on the same test prompts "
-               f"and seeds; 95% interval over {over}; p two-sided from {cfg.analyze.bootstrap} bootstrap resamples, "
-               "p_holm adjusted over all pairs (Holm)\n\n" + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
+               f"and seeds; 95% interval over {over}; p two-sided from {cfg.analyze.bootstrap} prompt resamples, more "
+               f"(up to {MAX_REFINE}x; column `resamples`) where its Monte Carlo error straddles a Holm threshold "
+               "(still so at the cap: undecided); p_holm adjusted within each Holm family\n\n"
+               f"Holm families: {family_text or 'none'}\n\n"
+               + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
     per_tier = tier_accuracy(tiers, evals, metric).round(DIGITS)
     write_csv(out / "tiers.csv", per_tier)
     tier_wide = per_tier.pivot(index="tier", columns="strategy", values="value")
     write_text(out / "tiers.md", f"# Accuracy per tier ({metric}): base and final checkpoints\n\n"
                + markdown(tier_wide[strategy_order(tier_wide.columns)].reset_index()))
 
-    regression = fit_line(runs["learnable_pct"], runs["gain_pp"])
-    regression["r2_ci95"] = (r2_interval(runs["learnable_pct"], runs["gain_pp"], cfg.analyze.bootstrap, cfg.analyze.seed)
-                             if regression["r2"] is not None else None)
+    regression = figure3_regression(runs, control, cfg.analyze.bootstrap, cfg.analyze.seed)
     paper_fit = paper_numbers.paper_regression(points, rep)
     write_text(out / "paper_tables.md", paper_numbers.paper_tables(paper_numbers.reported()))
 
@@ -372,8 +492,18 @@ def report(cfg: Config) -> dict:
     save_figure(figures.plot_learnability(arms, cfg.train.group_size), out / "fig_learnability.png")
     save_figure(figures.plot_p_hat(selections), out / "fig_p_hat.png")
     save_figure(figures.plot_tiers(per_tier, metric), out / "fig_tiers.png")
+    steps = confound_steps(root, runs)
+    confounds = confound_table(steps)
+    write_csv(out / "confounds.csv", confounds.round(DIGITS))
+    write_text(out / "confounds.md", "# Length and format over training: completion length (tokens) and the share of "
+               f"completions truncated at max_completion_length, first and last {FIRST_STEPS_FRAC:.0%} of the steps and "
+               "the whole run, mean over seeds (TRL's logged metrics, steps.parquet). The answer-format rate is not "
+               "recorded during training (groups.parquet keeps the scores, not the completions).\n\n"
+               + (markdown(confounds.round(DIGITS)) if len(confounds) else "(no run logged completion lengths)\n"))
+    if not steps.empty:
+        save_figure(figures.plot_confounds(steps), out / "fig_length.png")
 
-    line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts)
+    line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts, control)
     summary = {
         "metric": metric,
         "runs": runs.round(DIGITS).to_dict("records"),
@@ -385,20 +515,31 @@ def report(cfg: Config) -> dict:
         "arms": {r["strategy"]: {
             "gain_pp": _round(r["gain_pp"]), "ci95": [_round(r["ci_low"]), _round(r["ci_high"])],
             "learnable_pct": _round(r["learnable_pct"]), "learnable_first_pct": _round(r["learnable_first_pct"]),
-            "predicted_learnable_pct": _round(r["predicted_learnable_pct"]), "n_seeds": int(r["n_seeds"]),
+            "predicted_learnable_pct": _round(r["predicted_learnable_pct"]),
+            "predicted_posterior_pct": _round(r["predicted_posterior_pct"]), "n_seeds": int(r["n_seeds"]),
+            "reward": "control" if r["strategy"] in control else "verifier",
         } for r in arms.to_dict("records")},
         "contrasts": [{
             "a": r["a"], "b": r["b"], "diff_pp": _round(r["diff_pp"]), "ci95": [_round(r["ci_low"]), _round(r["ci_high"])],
             "p": _round(r["p"]), "p_holm": _round(r["p_holm"]), "n_seeds": int(r["n_seeds"]),
             "excludes_zero": bool(r["excludes_zero"]), "significant_holm": bool(r["significant_holm"]),
+            "family": r["family"], "p_mc_se": _round(r["p_mc_se"]), "resamples": int(r["resamples"]),
+            "decision": r["decision"],
         } for r in pairs.to_dict("records")],
+        "holm_families": families,
+        "confounds": {r["strategy"]: {k: _round(v) for k, v in r.items() if k not in ("strategy", "n_seeds")}
+                      for r in confounds.to_dict("records")},
+        "learnability_prior": prior,
         "bootstrap": {"resamples": cfg.analyze.bootstrap, "seed": cfg.analyze.seed, "level": 0.95,
-                      "over": over, "n_prompts": n_prompts, "interval": "percentile"},
+                      "over": over, "n_prompts": n_prompts,
+                      "interval": ("prompt bootstrap (shrunk to the prompts' own variance) convolved with a t seed part "
+                                   f"({seeds - 1} df)") if seeds > 1 else "percentile (test prompts)",
+                      "max_resamples": MAX_REFINE * cfg.analyze.bootstrap},
         "eval_sets": cfg.eval_set_names(),
     }
     study = StudyReport(cfg=cfg, out=out, metric=metric, runs=runs, manifests=complete, evals=evals, tiers=tiers,
                         set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms, pairs=pairs, rep=rep,
-                        regression=regression, over=over)
+                        regression=regression, over=over, control=control)
     for paper in cfg.analyze.reports:
         summary[paper] = reports.get(paper).write(study)
     if cfg.analyze.compare:

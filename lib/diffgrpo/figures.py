@@ -43,11 +43,15 @@ def plot_accuracy_curves(curves: pd.DataFrame, metric: str) -> Figure:
 
 
 def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str | None = None,
-                           stated_r2: float | None = None, r2_ci95: list[float] | None = None) -> Figure:
+                           stated_r2: float | None = None, r2_ci95: list[float] | None = None,
+                           control: Iterable[str] = ()) -> Figure:
     """Figure 3: learnable % vs gain with the least-squares line; ours, and the paper's reported
-    points refit (its title also gives the R^2 the paper states, which the refit need not match)."""
+    points refit (its title also gives the R^2 the paper states, which the refit need not match).
+    ``control`` arms (not trained on the verifier's reward) are drawn apart, hollow and labelled,
+    and left out of the line and its R^2."""
     stated = "" if stated_r2 is None else f" (paper states {stated_r2:g})"
     ours = "" if r2_ci95 is None else f" [{r2_ci95[0]:.2f}, {r2_ci95[1]:.2f}]"
+    control = set(control)
     panels = [("ours", runs, ours)] + ([(f"paper {paper}, refit", points, stated)] if len(points) else [])
     fig = Figure(figsize=(5.5 * len(panels), 4.5))
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
@@ -55,34 +59,49 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
     for ax, (title, df, note) in zip(axes, panels):
         markers = dict(zip(df["model"].unique(), "osD^vP*X"))
         for (s, m), d in df.groupby(["strategy", "model"], sort=False):
-            ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
-        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])]
+            if s in control:
+                ax.scatter(d["learnable_pct"], d["gain_pp"], facecolors="none", edgecolors=colors[s], marker=markers[m])
+            else:
+                ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
+        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])
+                   if s not in control]
+        handles += [Line2D([], [], ls="", marker="o", mfc="none", color=colors[s],
+                           label=f"{s} (control): not fitted")
+                    for s in strategy_order(df["strategy"]) if s in control]
         handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
-        fit = fit_line(df["learnable_pct"], df["gain_pp"])
+        fitted = df[~df["strategy"].isin(control)]
+        fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"])
         if fit["slope"] is not None:
-            xs = np.linspace(df["learnable_pct"].min(), df["learnable_pct"].max(), 2)
+            xs = np.linspace(fitted["learnable_pct"].min(), fitted["learnable_pct"].max(), 2)
             ax.plot(xs, fit["intercept"] + fit["slope"] * xs, "k--", lw=1)
         r2 = "undefined" if fit["r2"] is None else f"{fit['r2']:.2f}"
-        ax.set(xlabel="learnable %", ylabel="gain (points)", title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
+        ax.set(xlabel="learnable % (verifier's scores)" if title == "ours" else "learnable %", ylabel="gain (points)",
+               title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
         ax.legend(handles=handles, fontsize="x-small")
     return fig
 
 
 
 def plot_learnability(arms: pd.DataFrame, group_size: int) -> Figure:
-    """Predicted learnable % at step 0 (from the probe's p_hat) against the observed one, over
-    the first steps and the whole run, per arm (mean over seeds); the diagonal is agreement."""
+    """Predicted learnable % at step 0 (from the probe's p_hat, filled; from each prompt's Beta
+    posterior, hollow) against the observed one, over the first steps and the whole run, per
+    arm (mean over seeds); the diagonal is agreement."""
     fig = Figure(figsize=(5.5, 4.5))
     ax = fig.subplots()
     colors = _colors(arms["strategy"])
+    posterior = "predicted_posterior_pct" if "predicted_posterior_pct" in arms else "predicted_learnable_pct"
     for col, marker in (("learnable_first_pct", "o"), ("learnable_pct", "s")):
         ax.scatter(arms["predicted_learnable_pct"], arms[col], c=[colors[s] for s in arms["strategy"]], marker=marker)
-    values = arms[["predicted_learnable_pct", "learnable_first_pct", "learnable_pct"]].to_numpy(float)
+        ax.scatter(arms[posterior], arms[col], facecolors="none", edgecolors=[colors[s] for s in arms["strategy"]],
+                   marker=marker)
+    values = arms[["predicted_learnable_pct", posterior, "learnable_first_pct", "learnable_pct"]].to_numpy(float)
     top = max(5.0, float(np.nanmax(values)) * 1.1) if np.isfinite(values).any() else 100.0
     ax.plot([0, top], [0, top], color="grey", ls=":", lw=1)
     handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arms["strategy"]]
     handles += [Line2D([], [], ls="", marker="o", mfc="none", color="k", label=f"first {FIRST_STEPS_FRAC:.0%} of steps"),
-                Line2D([], [], ls="", marker="s", mfc="none", color="k", label="whole run")]
+                Line2D([], [], ls="", marker="s", mfc="none", color="k", label="whole run"),
+                Line2D([], [], ls="", marker="o", color="grey", label="filled: plug-in p_hat"),
+                Line2D([], [], ls="", marker="o", mfc="none", color="grey", label="hollow: Beta posterior of p")]
     ax.set(xlim=(0, top), ylim=(0, top), xlabel=f"predicted learnable % (mean of 1 - p^{group_size} - (1-p)^{group_size})",
            ylabel="observed learnable %", title="Learnability: predicted from the probe vs observed")
     ax.legend(handles=handles, fontsize="x-small")
@@ -121,3 +140,23 @@ def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
     ax.legend(fontsize="small")
     return fig
 
+
+
+
+def plot_confounds(steps: pd.DataFrame) -> Figure:
+    """Completion length and truncation rate by training step, one line per arm (mean over
+    seeds, a rolling mean over 5 steps): a length change that comes with a gain is a confound."""
+    cols = [c for c in ("mean_length", "truncated") if c in steps]
+    fig = Figure(figsize=(5.5 * len(cols), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(cols)))
+    colors = _colors(steps["strategy"])
+    curves = steps.groupby(["strategy", "step"], sort=False)[cols].mean().reset_index()
+    for ax, col in zip(axes, cols):
+        for s in strategy_order(curves["strategy"]):
+            c = curves[curves["strategy"] == s].sort_values("step")
+            ax.plot(c["step"], c[col].rolling(5, min_periods=1).mean(), color=colors[s], label=s)
+        ax.set(xlabel="training step", ylabel={"mean_length": "completion length (tokens)",
+                                               "truncated": "share truncated"}[col])
+        ax.legend(fontsize="x-small")
+    axes[0].set_title("Length and truncation over training (rolling mean of 5 steps)")
+    return fig

@@ -14,7 +14,9 @@ Section ``"001"`` of summary.json::
      "rel_improvement_wrong_vs_right_pct": ...,            # 100 * (acc_wrong - acc_right) / acc_right
      "wrong_arm", "right_arm", "all_arm",
      "contrasts": [...],                                    # the paired gain differences among them, with
-                                                           # 95% intervals and Holm-adjusted p (analyze)
+                                                           # 95% intervals, Holm-adjusted p within its
+                                                           # family and the decision (diffgrpo.uncertainty)
+     "seed_variance": whether the intervals include it (not with one seed),
      "reason": null or why the relative improvement is not given}
 """
 
@@ -80,7 +82,10 @@ def write(study) -> dict:
         "rel_improvement_wrong_vs_right_pct": _round(rel) if rel is not None else None,
         "wrong_arm": wrong, "right_arm": right, "all_arm": all_arm,
         "contrasts": [{"a": r["a"], "b": r["b"], "diff_pp": _round(r["diff_pp"]),
-                       "ci95": [_round(r["ci_low"]), _round(r["ci_high"])], "p_holm": _round(r["p_holm"])}
+                       "ci95": [_round(r["ci_low"]), _round(r["ci_high"])], "p_holm": _round(r["p_holm"]),
+                       "family": r["family"], "decision": r["decision"], "n_seeds": int(r["n_seeds"])}
                       for r in pairs.to_dict("records")],
+        "seed_variance": ("included (a t with seeds - 1 degrees of freedom)" if len(pairs) and pairs["n_seeds"].min() > 1
+                          else "not included: one seed, so the intervals and p cover the test prompts only"),
         "reason": reason,
     }

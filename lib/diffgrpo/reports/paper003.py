@@ -9,7 +9,9 @@ runs, beside the paper's numbers.
   (003: pass@8 on AIME 2025-I, out of distribution after training on GSM8K; the embedded
   default: its OOD set of longer swap chains);
 - Figure 3: learnable % vs gain, one point per run, with the least-squares line and R^2 (and
-  its interval), beside the same fit over the paper's reported points.
+  its interval, resampling arms then seeds) over the arms that train on the verifier's reward,
+  a control arm drawn apart (hollow, labelled, not in the fit), beside the same fit over the
+  paper's reported points.
 
 Section ``"003"`` of summary.json: ``{"table4": [{"arm", "eval_set", "k", "pass_at_k"}]}``,
 pass@k as a fraction, the mean over the arm's seeds at each run's final checkpoint (arm
@@ -53,7 +55,7 @@ def write(study) -> dict:
     runs, rep, out = study.runs, study.rep, study.out
     gains = summarize(runs, "gain_pp").merge(study.arms[["strategy", "ci_low", "ci_high"]], on="strategy", how="left")
     study.write_long("table1_gain", f"Table 1: accuracy change from the base model (points, {study.metric}, final "
-                     f"checkpoint; ours: mean over seeds [95% bootstrap interval over {study.over}]); 003's Table 3 "
+                     f"checkpoint; ours: mean over seeds [95% interval over {study.over}]); 003's Table 3 "
                      "(the weak baseline) below it", beside(gains, rep, ["gain_pp"]))
     study.write_long("table2_learnable", "Table 2: learnable % ((step, prompt) groups with nonzero reward std)",
                      beside(summarize(runs, "learnable_pct"), rep, ["learnable_pct"]))
@@ -73,7 +75,8 @@ def write(study) -> dict:
     write_text(out / "paper_regression.md", "# Figure 3 refit from the paper's reported points\n\n"
                + (markdown(regs) if len(regs) else "(no reported points)\n") + f"\n{paper_fit['note'] or ''}\n")
     save_figure(figures.plot_learnable_vs_gain(runs, points, "003" if len(points) else None,
-                                               paper_numbers.stated_r2(rep), study.regression["r2_ci95"]),
+                                               paper_numbers.stated_r2(rep), study.regression["r2_ci95"],
+                                               control=study.control),
                 out / "fig3_learnable_vs_gain.png")
     return {"table4": [{"arm": r["arm"], "eval_set": r["eval_set"], "k": int(r["k"]),
                         "pass_at_k": round(float(r["pass_at_k"]), DIGITS)} for r in table4.to_dict("records")]}
