@@ -62,3 +62,29 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
             assert scfg is cfg
     assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.reports", fromlist=["PAPERS"]).PAPERS)
     assert cfg.dataset.task in tasks.names()
+
+
+def _trace_tokens(cfg: params.Config) -> int | None:
+    """The longest gold trace of a shuffled-objects study on the embedded model (7 + 7 x swaps
+    tokens with EOS, docs/embedded_model.md), or None for any other study."""
+    if cfg.model.path != "embedded" or cfg.dataset.task != "shuffled_objects":
+        return None
+    return 7 + 7 * int(cfg.dataset.task_options.get("swaps", [1, 8])[1])
+
+
+@pytest.mark.parametrize("name", [f for f in FILES if _trace_tokens(params.load(f)) is not None])
+def test_every_length_limit_of_an_embedded_study_reaches_its_longest_trace(name):
+    """A limit below the longest trace cuts those prompts before their answer and scores them 0
+    whatever the model knows; the default study's 1-5 swaps allow 48 tokens, the full one's 1-8 need 63."""
+    cfg = params.load(name)
+    need = _trace_tokens(cfg)
+    limits = {"probe.sampling.max_new_tokens": cfg.probe.sampling.max_new_tokens,
+              "evaluate.sampling.max_new_tokens": cfg.evaluate.sampling.max_new_tokens}
+    for arm in cfg.arms:
+        limits[f"train.max_completion_length ({arm.name})"] = cfg.for_arm(arm.name).train.max_completion_length
+    for s in cfg.eval_set_names():
+        ecfg = cfg.for_eval_set(s)
+        if _trace_tokens(ecfg) is not None:
+            assert ecfg.evaluate.sampling.max_new_tokens >= _trace_tokens(ecfg), f"{name}: set {s}"
+    short = {k: v for k, v in limits.items() if v < need}
+    assert not short, f"{name}: limits below the longest trace ({need} tokens): {short}"
