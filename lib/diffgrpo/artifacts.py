@@ -34,6 +34,40 @@ def outputs_root() -> Path:
     return Path(env) if env else project_root() / "outputs"
 
 
+class OutputsError(RuntimeError):
+    """The outputs root cannot be written, or a path would leave it."""
+
+
+def check_outputs_root(root: Path | None = None) -> Path:
+    """The outputs root, checked before anything is written: an existing folder this process
+    can write, or one it can create (its nearest existing parent a writable folder)."""
+    root = Path(root) if root is not None else outputs_root()
+    how = f"{OUTPUTS_ENV}={os.environ[OUTPUTS_ENV]}" if os.environ.get(OUTPUTS_ENV) else "the outputs folder"
+    todo = f"point {OUTPUTS_ENV} at a folder you can write (or unset it for <project>/outputs)"
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputsError(f"{how}: {probe} is not a directory, so {root} cannot be a folder; {todo}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == root else f"cannot be created ({probe} is not writable)"
+        raise OutputsError(f"{how}: {root} {what}; {todo}")
+    return root
+
+
+def inside_outputs(path: str | os.PathLike, what: str = "") -> Path:
+    """``path`` after checking that it stays under the outputs root (``..`` and absolute parts
+    resolved lexically; a symlink the user placed inside the root is theirs to follow)."""
+    path = Path(path)
+    root = os.path.abspath(outputs_root())
+    full = os.path.abspath(path)
+    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise OutputsError(f"{path}{f' ({what})' if what else ''}: would be written outside the outputs root "
+                           f"{root}; every name that becomes a path part must be a plain name "
+                           "(diffgrpo.params.SAFE_NAME)")
+    return path
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` if the block succeeds."""

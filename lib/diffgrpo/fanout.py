@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -56,8 +56,9 @@ class NotebookJob:
 
 
 class Executor(Protocol):
-    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
-        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job.
+    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
+        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job
+        (``on_done(name, seconds)`` is called as each one succeeds, when given).
         A failed job raises :class:`StageFailed` naming it (after the jobs already running end);
         jobs that depend on it do not start."""
         ...
@@ -93,7 +94,7 @@ class LocalExecutor:
     progress: bool = True
     poll_s: float = 0.2
 
-    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
+    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
         check_graph(jobs)
         pending = list(jobs)
         running: dict[str, tuple[subprocess.Popen, float, object]] = {}
@@ -128,6 +129,8 @@ class LocalExecutor:
                         done.add(name)
                         seconds[name] = round(time.perf_counter() - t0, 1)
                         bar.update()
+                        if on_done is not None:
+                            on_done(name, seconds[name])
                     else:
                         failed.append((by_name[name], _error_of(by_name[name])))
                 if ", ".join(running) != shown:

@@ -85,6 +85,23 @@ def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     running = out_path.with_suffix(".running.ipynb")
     failed = out_path.with_suffix(".failed.ipynb")
+    from .artifacts import FolderBusy, exclusive
+
+    lock = exclusive(out_path)  # one execution of a notebook at a time: a second touches none of its files
+    try:
+        lock.__enter__()
+    except FolderBusy as err:
+        raise StageFailed(f"{stage}: {err}") from None
+    try:
+        return _execute(stage, nb, out_path, running, failed, parameters, kernel, progress)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, parameters: dict[str, Any],
+             kernel: str | None, progress: bool) -> Path:
+    import papermill
+
     try:
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
                                    progress_bar=progress, cwd=str(nb.parent))

@@ -79,7 +79,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from . import artifacts, data, devices, layout, parallel, params, select
-from .generation import encode_prompt
+from .generation import check_fit, context_length, encode_prompt
 from .models import quiet_renamed_arguments
 from .params import Config
 
@@ -795,7 +795,8 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     offset, previous, budget_spent, output, recorder = 0, None, False, None, None
     for i, lv in enumerate(levels):
         one = lv.name is None
-        lv_ckpt = ckpt_dir if one else run_dir / "levels" / f"{i + 1}-{lv.name}" / CHECKPOINTS
+        lv_ckpt = ckpt_dir if one else artifacts.inside_outputs(run_dir / "levels" / f"{i + 1}-{lv.name}" / CHECKPOINTS,
+                                                                 "eprli.levels")
         record_path = lv_ckpt.parent / "level.json"
         if not one and record_path.exists():  # a level an interrupted run finished
             record = artifacts.read_json(record_path)
@@ -821,6 +822,8 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             raise ValueError(f"{data.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
         tokenizer.padding_side = "left"
         check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
+        check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
+                  context_length(model), cfg.model.chat_template_kwargs, "train", "max_completion_length")
         dataset = Dataset.from_list(level_rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
 
         callbacks = [recorder, budget, Tidy(lv_ckpt)] + (
