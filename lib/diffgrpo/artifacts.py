@@ -131,6 +131,17 @@ def _umask() -> int:
     return mask
 
 
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give the files under ``folder`` the mode a plain ``open()`` would (0666 less the umask),
+    where a library wrote them with a narrower one (safetensors: 0600)."""
+    mode = 0o666 & ~_umask()
+    for f in Path(folder).rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            current = f.stat().st_mode & 0o777
+            if current != mode and not current & ~mode:  # only ever widened to what the umask allows
+                os.chmod(f, mode)
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -141,25 +152,76 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 class ArtifactError(RuntimeError):
     """A file under outputs/ that is damaged (unreadable, or not what its manifest recorded)."""
 
 
-def read_parquet(path: str | os.PathLike, stage: str, **kwargs: Any) -> pd.DataFrame:
+#: the stage that writes the files under each folder of a study (``probe/``, ``runs/``...)
+_WRITERS = {"probe": "01_probe", "select": "02_select", "runs": "03_train", "eval": "04_evaluate",
+            "report": "05_analyze"}
+
+
+def stage_of(path: str | os.PathLike) -> str | None:
+    """The stage whose rerun rebuilds ``path`` (by the study folder it lies in), or None."""
+    for part in reversed(Path(path).parts):
+        name = part.split("-")[0]
+        if name in _WRITERS:
+            return _WRITERS[name]
+    return None
+
+
+def read_json(path: str | os.PathLike, stage: str | None = None) -> Any:
+    """A JSON file; a damaged one (truncated, not JSON) is an :class:`ArtifactError` naming it
+    and the stage to rerun (``stage``, or the one that writes that folder)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        stage = stage or stage_of(path)
+        todo = (f"rerun the {stage} stage, which sets the damaged folder aside and rebuilds it" if stage
+                else "restore or delete it")
+        raise ArtifactError(f"{path}: damaged, not valid JSON ({type(err).__name__}: {err}); {todo}") from None
+
+
+def read_manifest(path: str | os.PathLike, stage: str | None = None) -> dict | None:
+    """A manifest (None when missing); damaged: :class:`ArtifactError` (see :func:`read_json`)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    m = read_json(path, stage)
+    if not isinstance(m, dict):
+        raise ArtifactError(f"{path}: damaged, not a manifest (a JSON {type(m).__name__}); rerun the "
+                            f"{stage or stage_of(path) or 'stage that writes it'} stage")
+    return m
+
+
+def read_parquet(path: str | os.PathLike, stage: str, verify: bool = True, **kwargs: Any) -> pd.DataFrame:
     """``pd.read_parquet``, where a damaged file is an :class:`ArtifactError` naming it and
-    the ``stage`` whose rerun rebuilds it (a missing file stays FileNotFoundError)."""
+    the ``stage`` whose rerun rebuilds it (a missing file stays FileNotFoundError). With
+    ``verify``, a file that the ``manifest.json`` beside it records (``sha256``) must still have
+    that digest: an edited or replaced file is refused the same way."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: not written yet; run the {stage} stage")
+    if verify:
+        check_digest(path, stage)
     try:
         return pd.read_parquet(path, **kwargs)
     except Exception as err:
         raise ArtifactError(f"{path}: damaged, cannot be read ({type(err).__name__}: {err}); rerun the "
                             f"{stage} stage, which finds the damage and rebuilds it") from None
+
+
+def check_digest(path: str | os.PathLike, stage: str) -> None:
+    """``path`` as the ``manifest.json`` of its folder recorded it (nothing to check when that
+    manifest records no digest of it)."""
+    path = Path(path)
+    manifest = read_manifest(path.parent / "manifest.json", stage)
+    want = (manifest or {}).get("sha256", {}).get(path.name)
+    if want is not None and file_digest(path) != want:
+        raise ArtifactError(f"{path}: changed since the {stage} stage wrote it (its digest is not the one "
+                            f"{path.parent / 'manifest.json'} records); rerun the {stage} stage, which sets the "
+                            "damaged folder aside and rebuilds it")
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -178,10 +240,21 @@ def digests(folder: str | os.PathLike, names: list[str]) -> dict[str, str]:
 
 
 def damaged(folder: str | os.PathLike, manifest: dict) -> list[str]:
-    """Files a manifest recorded (``sha256``) that are missing or changed since."""
+    """Files a manifest recorded (``sha256``, names relative to ``folder``) that are missing or
+    changed since."""
     folder = Path(folder)
     return [n for n, d in manifest.get("sha256", {}).items()
             if not (folder / n).is_file() or file_digest(folder / n) != d]
+
+
+def set_aside(folder: str | os.PathLike, why: str) -> Path:
+    """Move a damaged folder out of the way (``<name>.damaged-<n>``), never deleting it."""
+    folder = Path(folder)
+    n = 1
+    while (target := folder.with_name(f"{folder.name}.{why}-{n}")).exists():
+        n += 1
+    folder.rename(target)
+    return target
 
 
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> Path:
