@@ -163,7 +163,8 @@ def check_fit(tokenizer, ids: list, prompts: list, new_tokens: int, context: int
         if n + new_tokens > context:
             unit = "characters" if chars > 64 * context else "tokens"
             raise PromptTooLong(
-                f"{where + ': ' if where else ''}row {row} (id {pid!r}): its prompt is {n} {unit}; with {limit_name} = "
+                f"{where + ': ' if where else ''}id {pid!r} (prompt {row} of the {len(ids)} to generate for): its "
+                f"prompt is {n} {unit}; with {limit_name} = "
                 f"{new_tokens} it needs more than the model's context of {context} positions; drop or shorten that "
                 f"row, or lower {limit_name}")
 
