@@ -396,3 +396,37 @@ def test_timings_are_kept_per_notebook_when_the_study_fails(tmp_path, monkeypatc
     timings = json.loads((tmp_path / "smoke" / "timings.json").read_text())
     assert timings["notebooks"]["01_probe"] > 0 and "01_probe" in timings["stages"]
     assert not any(k.startswith("03_train") for k in timings["notebooks"])
+
+
+# ---- 5. the checkout the command runs in, not the installed one -----------------------------
+def _clone(tmp_path: Path) -> Path:
+    clone = tmp_path / "clone"
+    (clone / "lib" / "diffgrpo").mkdir(parents=True)
+    shutil.copy(ROOT / "pyproject.toml", clone)
+    shutil.copytree(ROOT / "notebooks", clone / "notebooks")
+    shutil.copytree(ROOT / "params", clone / "params")
+    tiny = clone / "params" / "tiny.yaml"
+    tiny.write_text(tiny.read_text().replace("study: tiny", "study: clone_tiny"))
+    return clone
+
+
+def test_notebooks_params_and_outputs_resolve_in_the_checkout_the_command_runs_in(tmp_path):
+    clone = _clone(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("DIFFGRPO_OUTPUTS", "DIFFGRPO_PROJECT")}
+    code = ("from diffgrpo import artifacts, notebooks, params\n"
+            "print(params.load('tiny').study, notebooks.notebook_path('01_probe'), artifacts.outputs_root())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=clone / "notebooks", env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.split() == ["clone_tiny", str(clone / "notebooks" / "01_probe.ipynb"), str(clone / "outputs")]
+    # the runner says that the code is another checkout's, and a named root is used from anywhere
+    done = subprocess.run([sys.executable, "-m", "diffgrpo.study", "tiny", "--set", "select.budget_frac=.nan",
+                           "--project", str(clone)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    note, error = done.stderr.strip().splitlines()
+    assert note.startswith(f"note: using the notebooks, params and outputs of {clone}, but the diffgrpo code "
+                           f"imported here is {ROOT}'s")
+    assert error.startswith("error: overrides: `select.budget_frac` = nan")
+    assert not (clone / "outputs").exists()
+    done = subprocess.run([sys.executable, "-m", "diffgrpo.study", "tiny", "--project", str(tmp_path)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "is not a diffgrpo checkout" in done.stderr and "Traceback" not in done.stderr

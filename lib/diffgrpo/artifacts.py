@@ -29,9 +29,53 @@ def project_root() -> Path:
     return Path.cwd()
 
 
+#: the checkout whose notebooks, params and outputs a command uses (default: the one it runs in)
+PROJECT_ENV = "DIFFGRPO_PROJECT"
+
+
+def is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is a diffgrpo checkout (its package, notebooks and pyproject)."""
+    return ((folder / "pyproject.toml").is_file() and (folder / "lib" / "diffgrpo").is_dir()
+            and (folder / "notebooks").is_dir())
+
+
+def checkout_root() -> Path:
+    """The checkout whose ``notebooks/``, ``params/`` and default ``outputs/`` a command uses:
+    the one ``DIFFGRPO_PROJECT`` names, else the checkout the working directory lies in, else
+    the one the package was installed from (:func:`project_root`). A second clone worked in
+    with the first one's environment so uses its own files, not the first's
+    (:func:`checkout_mismatch` says when the code comes from elsewhere)."""
+    env = os.environ.get(PROJECT_ENV)
+    if env:
+        folder = Path(env).expanduser().resolve()
+        if not is_checkout(folder):
+            raise OutputsError(f"{PROJECT_ENV}={env}: {folder} is not a diffgrpo checkout (it needs pyproject.toml, "
+                               "lib/diffgrpo/ and notebooks/); point it at one, or unset it")
+        return folder
+    try:
+        here = Path.cwd().resolve()
+    except FileNotFoundError:  # the working directory was deleted
+        return project_root()
+    for folder in (here, *here.parents):
+        if is_checkout(folder):
+            return folder
+    return project_root()
+
+
+def checkout_mismatch() -> str | None:
+    """A sentence when the checkout in use is not the one the package's code is imported
+    from (its notebooks would run the other checkout's library), else None."""
+    use, code = checkout_root(), project_root()
+    if use == code:
+        return None
+    return (f"note: using the notebooks, params and outputs of {use}, but the diffgrpo code imported here is "
+            f"{code}'s (this environment was installed from there); to run {use}'s code, install it there "
+            f"(`make setup` in {use}) or use its own environment")
+
+
 def outputs_root() -> Path:
     env = os.environ.get(OUTPUTS_ENV)
-    return Path(env) if env else project_root() / "outputs"
+    return Path(env) if env else checkout_root() / "outputs"
 
 
 class OutputsError(RuntimeError):
@@ -219,7 +263,7 @@ def check_digest(path: str | os.PathLike, stage: str) -> None:
     manifest = read_manifest(path.parent / "manifest.json", stage)
     want = (manifest or {}).get("sha256", {}).get(path.name)
     if want is not None and file_digest(path) != want:
-        raise ArtifactError(f"{path}: changed since the {stage} stage wrote it (its digest is not the one "
+        raise ArtifactError(f"{path}: damaged, changed since the {stage} stage wrote it (its digest is not the one "
                             f"{path.parent / 'manifest.json'} records); rerun the {stage} stage, which sets the "
                             "damaged folder aside and rebuilds it")
 

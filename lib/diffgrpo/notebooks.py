@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from .artifacts import project_root
+from .artifacts import checkout_root
 
 STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
@@ -53,7 +53,7 @@ def refuse_unknown_parameters(namespace: dict[str, Any], stage: str) -> None:
 
 
 def notebook_path(stage: str) -> Path:
-    path = project_root() / "notebooks" / f"{stage}.ipynb"
+    path = checkout_root() / "notebooks" / f"{stage}.ipynb"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such notebook; stages are {list(STAGES)}")
     return path

@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from .artifacts import project_root
+from .artifacts import checkout_root
 
 
 class ParamsError(ValueError):
@@ -365,7 +365,7 @@ DEFAULTS_FILE = "defaults.yaml"
 
 
 def params_dir() -> Path:
-    return project_root() / PARAMS_DIR_NAME
+    return checkout_root() / PARAMS_DIR_NAME
 
 
 def resolve(path: str | Path) -> Path:

@@ -67,7 +67,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")
     ap.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     ap.add_argument("--kernel", default="diffgrpo", help="Jupyter kernel to run the notebooks in")
+    ap.add_argument("--project", metavar="DIR", help="the checkout whose notebooks/, params/ and outputs/ to use "
+                    "(default: the one the command runs in; also DIFFGRPO_PROJECT)")
     args = ap.parse_args(argv)
+    if args.project:  # the notebook processes and their kernels inherit it
+        os.environ[artifacts.PROJECT_ENV] = str(Path(args.project).resolve())
+    note = artifacts.checkout_mismatch()
+    if note:
+        print(note, file=sys.stderr, flush=True)
 
     # a relative DIFFGRPO_OUTPUTS means the folder the command ran in, for the kernels too
     if os.environ.get(artifacts.OUTPUTS_ENV):
