@@ -82,9 +82,10 @@ class OutputsError(RuntimeError):
     """The outputs root cannot be written, or a path would leave it."""
 
 
-def check_outputs_root(root: Path | None = None) -> Path:
+def check_outputs_root(root: Path | None = None, write: bool = True) -> Path:
     """The outputs root, checked before anything is written: an existing folder this process
-    can write, or one it can create (its nearest existing parent a writable folder)."""
+    can write, or one it can create (its nearest existing parent a writable folder); with
+    ``write`` False, only that it is or can become a folder (a reader may lack write access)."""
     root = Path(root) if root is not None else outputs_root()
     how = f"{OUTPUTS_ENV}={os.environ[OUTPUTS_ENV]}" if os.environ.get(OUTPUTS_ENV) else "the outputs folder"
     todo = f"point {OUTPUTS_ENV} at a folder you can write (or unset it for <project>/outputs)"
@@ -93,7 +94,7 @@ def check_outputs_root(root: Path | None = None) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         raise OutputsError(f"{how}: {probe} is not a directory, so {root} cannot be a folder; {todo}")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if write and not os.access(probe, os.W_OK | os.X_OK):
         what = "is not writable" if probe == root else f"cannot be created ({probe} is not writable)"
         raise OutputsError(f"{how}: {root} {what}; {todo}")
     return root

@@ -35,6 +35,7 @@ BASE_RUN = "base"
 def study_dir(cfg: Config) -> Path:
     """``<outputs>/<study>``: a folder strictly inside the outputs root (``params`` checks the
     name, :data:`diffgrpo.params.SAFE_NAME`; this checks the path it makes)."""
+    artifacts.check_outputs_root(write=False)  # a file as the root: named, not a raw OSError later
     path = artifacts.inside_outputs(outputs_root() / cfg.study, "study")
     if os.path.abspath(path) == os.path.abspath(outputs_root()):
         raise artifacts.OutputsError(f"study {cfg.study!r}: the study folder would be the outputs root itself")
