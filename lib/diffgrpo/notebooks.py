@@ -76,9 +76,9 @@ def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel:
 
     The executed notebook appears at ``out_path`` only when every cell succeeded; a failed
     run is kept beside it as ``<stage>.failed.ipynb`` with the error in place, for reading.
+    One execution of a notebook at a time: a second is refused before it touches the first's
+    ``.running.ipynb`` or ``.failed.ipynb``.
     """
-    import papermill
-
     nb = notebook_path(stage)
     check_parameters(nb, parameters)
     out_path = Path(out_path)

@@ -778,6 +778,13 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             warnings.warn(f"{run_dir.name}: {err}; kept the run as {kept.name} and training this one anew",
                           stacklevel=2)
         manifest = None
+    if manifest is None and run_dir.exists() and list_checkpoints(ckpt_dir, complete=False):
+        # a run writes its manifest before its first step: checkpoints without one are the rest of a
+        # folder that lost files (deleted while it trained); its history cannot be trusted
+        if devices.is_main_process():
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: checkpoints without a manifest (the folder lost files); kept it as "
+                          f"{kept.name} and training this one anew", stacklevel=2)
     if manifest is not None and manifest["key"] != key:
         if devices.is_main_process():  # under a launcher, the one process that moves files
             kept = _set_aside(run_dir, manifest["key"])
@@ -945,7 +952,8 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     if levels[0].name is not None:
         finished = len(level_records) == len(levels)
     if is_main:
-        _check_nothing_lost(run_dir, had | {s for t in tidies for s in t.saved}, manifest_path)
+        every = {s for s in range(cfg.train.save_steps, offset + 1, cfg.train.save_steps)} if levels[0].name is None else set()
+        _check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
     write_manifest("complete" if finished else "stopped", offset, {
         "sha256": artifacts.digests(run_dir, [f for f in RUN_FILES if (run_dir / f).is_file()] + adapter_files(run_dir)),
         "seconds_this_session": round(time.perf_counter() - t0, 1),
