@@ -143,7 +143,7 @@ def check_sources(cfg: Config) -> None:
     entries = [("dataset.source", cfg.dataset.source)] + [
         (f"evaluate.sets[{i}].source ({s.name})", s.source) for i, s in enumerate(cfg.evaluate.sets)]
     for key, source in entries:
-        if source in (None, "hub", "offline"):
+        if source in (None, "hub", "offline", "generated"):  # words a task reads, not paths
             continue
         path = Path(source).expanduser()
         if path.is_dir():
