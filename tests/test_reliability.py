@@ -106,9 +106,10 @@ def test_careless_command_lines_get_one_line_that_says_what_to_do(argv, words, t
     assert not any(tmp_path.iterdir())
 
 
-def test_a_budget_that_selects_too_few_prompts_is_refused_at_validation():
-    with pytest.raises(ParamsError, match=r"`select.budget_frac` \(arm hard\) budget_frac = 0.05 .* fewer than one update"):
-        params.load("tiny", overrides={"select.budget_frac": 0.05})
+def test_a_budget_that_selects_no_prompt_or_too_many_is_refused_at_validation():
+    with pytest.raises(ParamsError, match=r"`select.budget_frac` \(arm hard\) budget_frac = 0.01 of dataset.pool_size = 48 "
+                                          r"selects 0 prompts; raise it to at least 0.0834"):
+        params.load("tiny", overrides={"select.budget_frac": 0.01})
     with pytest.raises(ParamsError, match=r"`arms` arms\[0\] \(h\): budget_count = 100 selects 100 prompts, more than"):
         params.load("tiny", overrides={"arms": [{"name": "h", "policy": "hard", "budget_count": 100}]})
 

@@ -524,8 +524,9 @@ def _check_arms(cfg: Config, fail) -> None:
 
 
 def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:
-    """A budget that selects no prompt, more than the pool, or fewer than one update takes,
-    found here (with the key that sets it) rather than inside the select or train stage."""
+    """A budget that selects no prompt or more than the pool, found here (with the key that
+    sets it) rather than inside the select stage (fewer prompts than ``train.prompts_per_step``
+    is the train stage's error: a config may be loaded for other work than training)."""
     own = a.budget_frac is not None or a.budget_count is not None
     frac, count = (a.budget_frac, a.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
     key = "arms" if own else ("select.budget_count" if count is not None else "select.budget_frac")
@@ -534,13 +535,11 @@ def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) ->
     n = count if count is not None else math.floor(frac * pool)
     setting = f"budget_count = {count}" if count is not None else f"budget_frac = {frac} of dataset.pool_size = {pool}"
     if n < 1:
-        fail(key, f"{what}{setting} selects {n} prompts; raise it to at least {math.ceil(max(per_step, 1) / pool * 1e4) / 1e4}"
+        fail(key, f"{what}{setting} selects {n} prompts; raise it to at least {math.ceil(max(per_step, 1) / pool * 1e4) / 1e4} "
+                  f"(train.prompts_per_step = {per_step} prompts)"
                   if count is None else f"{what}{setting} selects no prompt")
     if n > pool:
         fail(key, f"{what}{setting} selects {n} prompts, more than the pool of dataset.pool_size = {pool}")
-    if n < per_step:
-        fail(key, f"{what}{setting} selects {n} prompts, fewer than one update takes (train.prompts_per_step = "
-                  f"{per_step}); raise the budget or lower train.prompts_per_step")
 
 
 def _check_eval_sets(cfg: Config, fail) -> None:

@@ -710,6 +710,16 @@ def run_damaged(run_dir: Path, manifest: dict) -> list[str]:
     return bad
 
 
+def _damaged_level_record(run_dir: Path) -> str | None:
+    """What is wrong with the first unreadable ``levels/*/level.json`` of a run, or None."""
+    for path in sorted(run_dir.glob("levels/*/level.json")):
+        try:
+            artifacts.read_json(path, "03_train")
+        except artifacts.ArtifactError as err:
+            return str(err)
+    return None
+
+
 def _finished(manifest: dict, max_steps: int) -> bool:
     """A run is finished at ``max_steps`` steps, or earlier when its completion budget was spent."""
     return manifest["status"] == "complete" and (manifest["steps_done"] == max_steps or bool(manifest.get("budget_spent")))
@@ -777,6 +787,14 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             kept = artifacts.set_aside(run_dir, "damaged")
             warnings.warn(f"{run_dir.name}: {err}; kept the run as {kept.name} and training this one anew",
                           stacklevel=2)
+        manifest = None
+    if manifest is not None and manifest["key"] == key and _damaged_level_record(run_dir):
+        # an interrupted EPRLI run whose record of a finished level is damaged: the rows of the
+        # levels after it cannot be put back in order without it, so the run trains anew
+        if devices.is_main_process():
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: {_damaged_level_record(kept)}; kept the run as {kept.name} and training "
+                          "this one anew", stacklevel=2)
         manifest = None
     if manifest is None and run_dir.exists() and list_checkpoints(ckpt_dir, complete=False):
         # a run writes its manifest before its first step: checkpoints without one are the rest of a
@@ -850,7 +868,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                                                                  "eprli.levels")
         record_path = lv_ckpt.parent / "level.json"
         if not one and record_path.exists():  # a level an interrupted run finished
-            record = artifacts.read_json(record_path)
+            record = artifacts.read_json(record_path, "03_train")  # readable: checked before the first level
             level_records.append(record)
             offset += record["steps_done"]
             previous = list_checkpoints(lv_ckpt)[record["local_steps"]]
@@ -955,7 +973,8 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         every = {s for s in range(cfg.train.save_steps, offset + 1, cfg.train.save_steps)} if levels[0].name is None else set()
         _check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
     write_manifest("complete" if finished else "stopped", offset, {
-        "sha256": artifacts.digests(run_dir, [f for f in RUN_FILES if (run_dir / f).is_file()] + adapter_files(run_dir)),
+        "sha256": artifacts.digests(run_dir, [f for f in RUN_FILES if (run_dir / f).is_file()] + adapter_files(run_dir)
+                                    + [artifacts.relative(p, run_dir) for p in sorted(run_dir.glob("levels/*/level.json"))]),
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss if output is not None else None,
