@@ -28,7 +28,7 @@ DATA = Path(__file__).parent / "data"
     ({"train.seeds": [0, 1, 0]}, r"`train.seeds` lists \[0\] more than once"),
     ({"arms": ["easy", "easy"]}, r"`arms` names \['easy'\] more than once"),
     ({"arms": []}, r"`arms` is empty"),
-    ({"arms": [{"name": "h-1", "policy": "hard"}]}, r"name 'h-1' must be letters"),
+    ({"arms": [{"name": "h-1", "policy": "hard"}]}, r"name 'h-1' must be a letter or digit"),
     ({"arms": [{"name": "w", "policy": "base_wrong", "budget_frac": 0.2}]}, r"policy 'base_wrong' is defined by a set"),
     ({"arms": [{"name": "h", "policy": "hard", "max_tier": 2}]}, r"max_tier applies to policy `tiers` only"),
     ({"arms": [{"name": "h", "policy": "hard", "train": {"max_step": 3}}]}, r"unknown key `train.max_step`"),

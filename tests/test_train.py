@@ -626,3 +626,23 @@ def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
     groups = pd.read_parquet(run / "groups.parquet")
     # same prompts, same sampled rewards: the resumed level restored its adapter, optimizer and RNG
     assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list))) == reference
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_eprli_a_damaged_level_record_sets_the_interrupted_run_aside(eprli_cfg, monkeypatch):
+    """Issue 20: a truncated ``level.json`` of an interrupted run is not a bare JSONDecodeError on
+    every rerun: the run is set aside and trained anew, to the same result."""
+    whole = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    reference = pd.read_parquet(whole / "groups.parquet")
+    import shutil
+
+    shutil.rmtree(whole)
+    _interrupt(eprli_cfg, "eprli", monkeypatch, lambda recorder, step: recorder.level == "hard" and step == 1)
+    record = whole / "levels" / "1-easy" / "level.json"
+    record.write_text(record.read_text()[:20])
+    with pytest.warns(UserWarning, match=r"level.json: damaged, not valid JSON.*kept the run as eprli-seed0.damaged-1"):
+        run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and [r["level"] for r in manifest["levels"]] == ["easy", "hard"]
+    assert "levels/1-easy/level.json" in manifest["sha256"]
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "groups.parquet"), reference)

@@ -29,9 +29,88 @@ def project_root() -> Path:
     return Path.cwd()
 
 
+#: the checkout whose notebooks, params and outputs a command uses (default: the one it runs in)
+PROJECT_ENV = "DIFFGRPO_PROJECT"
+
+
+def is_checkout(folder: Path) -> bool:
+    """Whether ``folder`` is a diffgrpo checkout (its package, notebooks and pyproject)."""
+    return ((folder / "pyproject.toml").is_file() and (folder / "lib" / "diffgrpo").is_dir()
+            and (folder / "notebooks").is_dir())
+
+
+def checkout_root() -> Path:
+    """The checkout whose ``notebooks/``, ``params/`` and default ``outputs/`` a command uses:
+    the one ``DIFFGRPO_PROJECT`` names, else the checkout the working directory lies in, else
+    the one the package was installed from (:func:`project_root`). A second clone worked in
+    with the first one's environment so uses its own files, not the first's
+    (:func:`checkout_mismatch` says when the code comes from elsewhere)."""
+    env = os.environ.get(PROJECT_ENV)
+    if env:
+        folder = Path(env).expanduser().resolve()
+        if not is_checkout(folder):
+            raise OutputsError(f"{PROJECT_ENV}={env}: {folder} is not a diffgrpo checkout (it needs pyproject.toml, "
+                               "lib/diffgrpo/ and notebooks/); point it at one, or unset it")
+        return folder
+    try:
+        here = Path.cwd().resolve()
+    except FileNotFoundError:  # the working directory was deleted
+        return project_root()
+    for folder in (here, *here.parents):
+        if is_checkout(folder):
+            return folder
+    return project_root()
+
+
+def checkout_mismatch() -> str | None:
+    """A sentence when the checkout in use is not the one the package's code is imported
+    from (its notebooks would run the other checkout's library), else None."""
+    use, code = checkout_root(), project_root()
+    if use == code:
+        return None
+    return (f"note: using the notebooks, params and outputs of {use}, but the diffgrpo code imported here is "
+            f"{code}'s (this environment was installed from there); to run {use}'s code, install it there "
+            f"(`make setup` in {use}) or use its own environment")
+
+
 def outputs_root() -> Path:
     env = os.environ.get(OUTPUTS_ENV)
-    return Path(env) if env else project_root() / "outputs"
+    return Path(env) if env else checkout_root() / "outputs"
+
+
+class OutputsError(RuntimeError):
+    """The outputs root cannot be written, or a path would leave it."""
+
+
+def check_outputs_root(root: Path | None = None, write: bool = True) -> Path:
+    """The outputs root, checked before anything is written: an existing folder this process
+    can write, or one it can create (its nearest existing parent a writable folder); with
+    ``write`` False, only that it is or can become a folder (a reader may lack write access)."""
+    root = Path(root) if root is not None else outputs_root()
+    how = f"{OUTPUTS_ENV}={os.environ[OUTPUTS_ENV]}" if os.environ.get(OUTPUTS_ENV) else "the outputs folder"
+    todo = f"point {OUTPUTS_ENV} at a folder you can write (or unset it for <project>/outputs)"
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputsError(f"{how}: {probe} is not a directory, so {root} cannot be a folder; {todo}")
+    if write and not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == root else f"cannot be created ({probe} is not writable)"
+        raise OutputsError(f"{how}: {root} {what}; {todo}")
+    return root
+
+
+def inside_outputs(path: str | os.PathLike, what: str = "") -> Path:
+    """``path`` after checking that it stays under the outputs root (``..`` and absolute parts
+    resolved lexically; a symlink the user placed inside the root is theirs to follow)."""
+    path = Path(path)
+    root = os.path.abspath(outputs_root())
+    full = os.path.abspath(path)
+    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise OutputsError(f"{path}{f' ({what})' if what else ''}: would be written outside the outputs root "
+                           f"{root}; every name that becomes a path part must be a plain name "
+                           "(diffgrpo.params.SAFE_NAME)")
+    return path
 
 
 @contextmanager
@@ -97,6 +176,17 @@ def _umask() -> int:
     return mask
 
 
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give the files under ``folder`` the mode a plain ``open()`` would (0666 less the umask),
+    where a library wrote them with a narrower one (safetensors: 0600)."""
+    mode = 0o666 & ~_umask()
+    for f in Path(folder).rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            current = f.stat().st_mode & 0o777
+            if current != mode and not current & ~mode:  # only ever widened to what the umask allows
+                os.chmod(f, mode)
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -107,25 +197,76 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 class ArtifactError(RuntimeError):
     """A file under outputs/ that is damaged (unreadable, or not what its manifest recorded)."""
 
 
-def read_parquet(path: str | os.PathLike, stage: str, **kwargs: Any) -> pd.DataFrame:
+#: the stage that writes the files under each folder of a study (``probe/``, ``runs/``...)
+_WRITERS = {"probe": "01_probe", "select": "02_select", "runs": "03_train", "eval": "04_evaluate",
+            "report": "05_analyze"}
+
+
+def stage_of(path: str | os.PathLike) -> str | None:
+    """The stage whose rerun rebuilds ``path`` (by the study folder it lies in), or None."""
+    for part in reversed(Path(path).parts):
+        name = part.split("-")[0]
+        if name in _WRITERS:
+            return _WRITERS[name]
+    return None
+
+
+def read_json(path: str | os.PathLike, stage: str | None = None) -> Any:
+    """A JSON file; a damaged one (truncated, not JSON) is an :class:`ArtifactError` naming it
+    and the stage to rerun (``stage``, or the one that writes that folder)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        stage = stage or stage_of(path)
+        todo = (f"rerun the {stage} stage, which sets the damaged folder aside and rebuilds it" if stage
+                else "restore or delete it")
+        raise ArtifactError(f"{path}: damaged, not valid JSON ({type(err).__name__}: {err}); {todo}") from None
+
+
+def read_manifest(path: str | os.PathLike, stage: str | None = None) -> dict | None:
+    """A manifest (None when missing); damaged: :class:`ArtifactError` (see :func:`read_json`)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    m = read_json(path, stage)
+    if not isinstance(m, dict):
+        raise ArtifactError(f"{path}: damaged, not a manifest (a JSON {type(m).__name__}); rerun the "
+                            f"{stage or stage_of(path) or 'stage that writes it'} stage")
+    return m
+
+
+def read_parquet(path: str | os.PathLike, stage: str, verify: bool = True, **kwargs: Any) -> pd.DataFrame:
     """``pd.read_parquet``, where a damaged file is an :class:`ArtifactError` naming it and
-    the ``stage`` whose rerun rebuilds it (a missing file stays FileNotFoundError)."""
+    the ``stage`` whose rerun rebuilds it (a missing file stays FileNotFoundError). With
+    ``verify``, a file that the ``manifest.json`` beside it records (``sha256``) must still have
+    that digest: an edited or replaced file is refused the same way."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: not written yet; run the {stage} stage")
+    if verify:
+        check_digest(path, stage)
     try:
         return pd.read_parquet(path, **kwargs)
     except Exception as err:
         raise ArtifactError(f"{path}: damaged, cannot be read ({type(err).__name__}: {err}); rerun the "
                             f"{stage} stage, which finds the damage and rebuilds it") from None
+
+
+def check_digest(path: str | os.PathLike, stage: str) -> None:
+    """``path`` as the ``manifest.json`` of its folder recorded it (nothing to check when that
+    manifest records no digest of it)."""
+    path = Path(path)
+    manifest = read_manifest(path.parent / "manifest.json", stage)
+    want = (manifest or {}).get("sha256", {}).get(path.name)
+    if want is not None and file_digest(path) != want:
+        raise ArtifactError(f"{path}: damaged, changed since the {stage} stage wrote it (its digest is not the one "
+                            f"{path.parent / 'manifest.json'} records); rerun the {stage} stage, which sets the "
+                            "damaged folder aside and rebuilds it")
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -144,10 +285,21 @@ def digests(folder: str | os.PathLike, names: list[str]) -> dict[str, str]:
 
 
 def damaged(folder: str | os.PathLike, manifest: dict) -> list[str]:
-    """Files a manifest recorded (``sha256``) that are missing or changed since."""
+    """Files a manifest recorded (``sha256``, names relative to ``folder``) that are missing or
+    changed since."""
     folder = Path(folder)
     return [n for n, d in manifest.get("sha256", {}).items()
             if not (folder / n).is_file() or file_digest(folder / n) != d]
+
+
+def set_aside(folder: str | os.PathLike, why: str) -> Path:
+    """Move a damaged folder out of the way (``<name>.damaged-<n>``), never deleting it."""
+    folder = Path(folder)
+    n = 1
+    while (target := folder.with_name(f"{folder.name}.{why}-{n}")).exists():
+        n += 1
+    folder.rename(target)
+    return target
 
 
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> Path:

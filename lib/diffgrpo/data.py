@@ -137,6 +137,23 @@ def check_model_path(path: str, gguf_file: str | None = None) -> None:
                          f"one of {list(NAMED_MODELS)}")
 
 
+def check_sources(cfg: Config) -> None:
+    """Fail now, naming the key, when ``dataset.source`` or an evaluation set's ``source`` is
+    a path that is not a file (a folder, or nothing), rather than when a stage reads it."""
+    entries = [("dataset.source", cfg.dataset.source)] + [
+        (f"evaluate.sets[{i}].source ({s.name})", s.source) for i, s in enumerate(cfg.evaluate.sets)]
+    for key, source in entries:
+        if source in (None, "hub", "offline", "generated"):  # words a task reads, not paths
+            continue
+        path = Path(source).expanduser()
+        if path.is_dir():
+            raise tasks.TaskError(f"{key}: {path.absolute()} is a folder; give the data file inside it (.jsonl, "
+                                  ".json, .parquet or .csv), or 'hub' / 'offline'")
+        if not path.is_file():
+            raise tasks.TaskError(f"{key}: {source!r} is neither 'hub', 'offline' nor an existing file "
+                                  f"(looked for {path.absolute()})")
+
+
 def resolve_paths(cfg: Config, base: Path) -> Config:
     """``cfg`` with the file paths the user gave (``model.path``, ``dataset.source``, the params
     files of ``analyze.compare``) made

@@ -139,10 +139,12 @@ def evaluate_base(cfg: Config, progress: bool = True, eval_set: str = TEST_SET) 
     cfg = cfg.for_eval_set(eval_set)
     manifest = out_dir / "manifest.json"
     with artifacts.exclusive(out_dir, wait=True):  # every run's evaluation needs it: the others wait
-        if manifest.exists():
-            m = artifacts.read_json(manifest)
-            if m.get("key") == layout.eval_key(cfg) and not artifacts.damaged(out_dir, m):
-                return out_dir
+        try:
+            m = artifacts.read_manifest(manifest, "04_evaluate")
+        except artifacts.ArtifactError:
+            m = None  # a damaged record: evaluated again (its chunks are kept, keyed, and reused)
+        if m is not None and m.get("key") == layout.eval_key(cfg) and not artifacts.damaged(out_dir, m):
+            return out_dir
         return _evaluate_steps(cfg, layout.BASE_RUN, layout.BASE_RUN, None, {0: None}, progress, eval_set=eval_set)
 
 
@@ -160,15 +162,22 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
 def check_finished(run_dir: Path, max_steps: int) -> dict:
     """Refuse to score a run that is not finished: a killed or running train leaves
     checkpoints that look like a result and are not the study's."""
+    from .train import run_damaged  # train imports TRL: only when a run is evaluated
+
     path = run_dir / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
-    m = artifacts.read_json(path)
+    m = artifacts.read_manifest(path, "03_train")
     if m.get("status") != "complete" or (m.get("steps_done") != max_steps and not m.get("budget_spent")):
         raise RuntimeError(
             f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
             f"train.max_steps = {max_steps} steps); rerun the train stage (03_train), which resumes it, "
             "before evaluating")
+    bad = run_damaged(run_dir, m)
+    if bad:  # a truncated adapter would fail to load naming no file, or score another model
+        raise artifacts.ArtifactError(
+            f"{run_dir}: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} missing or changed since the run "
+            "finished; rerun the train stage (03_train), which sets the run aside and trains it anew, then this one")
     return layout.trained_identity(m)
 
 
@@ -201,7 +210,7 @@ def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: s
     path = (out_dir or layout.eval_dir(cfg, rid, eval_set)) / "summary.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no evaluation of {rid!r} on set {eval_set!r}; run the evaluate stage")
-    return pd.read_parquet(path)
+    return artifacts.read_parquet(path, "04_evaluate")
 
 
 def evaluate_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> pd.DataFrame:

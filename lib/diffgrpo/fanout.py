@@ -62,8 +62,9 @@ class NotebookJob:
 
 
 class Executor(Protocol):
-    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
-        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job.
+    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
+        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job
+        (``on_done(name, seconds)`` is called as each one succeeds, when given).
         A failed job raises :class:`StageFailed` naming it (after the jobs already running end);
         jobs that depend on it do not start."""
         ...
@@ -102,7 +103,7 @@ class LocalExecutor:
     #: CPU seconds (user + system) of each job that succeeded, its kernel included
     cpu_seconds: dict[str, float] = field(default_factory=dict)
 
-    def run(self, jobs: Sequence[NotebookJob]) -> dict[str, float]:
+    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
         check_graph(jobs)
         pending = list(jobs)
         running: dict[str, tuple[subprocess.Popen, float, object]] = {}
@@ -140,6 +141,8 @@ class LocalExecutor:
                         seconds[name] = round(time.perf_counter() - t0, 1)
                         self.cpu_seconds[name] = round(cpu, 1)
                         bar.update()
+                        if on_done is not None:
+                            on_done(name, seconds[name])
                     else:
                         failed.append((by_name[name], _error_of(by_name[name])))
                 if ", ".join(running) != shown:

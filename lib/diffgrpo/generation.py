@@ -107,6 +107,16 @@ class HFGenerator:
             bar.close()
         return out  # type: ignore[return-value]
 
+    def context_length(self) -> int | None:
+        """Positions the model has (``max_position_embeddings``), None when it does not say."""
+        return context_length(self.model)
+
+    def check_prompts(self, ids: list, prompts: list, max_new_tokens: int, where: str | None = None) -> None:
+        """Refuse, before any generation, a prompt whose tokens plus ``max_new_tokens`` exceed
+        the model's context (a 1 MB prompt would otherwise try to allocate its attention)."""
+        check_fit(self.tokenizer, ids, prompts, max_new_tokens, self.context_length(), self.chat_template_kwargs,
+                  where, "max_new_tokens")
+
     def _config(self, temperature: float, top_p: float, max_new_tokens: int) -> GenerationConfig:
         """Every sampling knob set explicitly, so no model default (top_k 50, a repetition
         penalty from a hub config) slips into the probe."""
@@ -132,6 +142,33 @@ class HFGenerator:
         return Completion(text=self.tokenizer.decode(tokens, skip_special_tokens=True), num_tokens=len(tokens), finished=False)
 
 
+class PromptTooLong(ValueError):
+    """A dataset row whose prompt does not fit the model's context with the generation limit."""
+
+
+def context_length(model) -> int | None:
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_fit(tokenizer, ids: list, prompts: list, new_tokens: int, context: int | None,
+              chat_template_kwargs: dict | None = None, where: str | None = None, limit_name: str = "max_new_tokens") -> None:
+    """Every prompt's tokens plus ``new_tokens`` within ``context`` (skipped when it is None); a
+    prompt of more characters than the context has positions times 64 is refused untokenized."""
+    if context is None:
+        return
+    for row, (pid, prompt) in enumerate(zip(ids, prompts), 1):
+        chars = sum(len(str(m.get("content", ""))) for m in prompt) if not isinstance(prompt, str) else len(prompt)
+        n = chars if chars > 64 * context else len(encode_prompt(tokenizer, prompt, chat_template_kwargs))
+        if n + new_tokens > context:
+            unit = "characters" if chars > 64 * context else "tokens"
+            raise PromptTooLong(
+                f"{where + ': ' if where else ''}id {pid!r} (prompt {row} of the {len(ids)} to generate for): its "
+                f"prompt is {n} {unit}; with {limit_name} = "
+                f"{new_tokens} it needs more than the model's context of {context} positions; drop or shorten that "
+                f"row, or lower {limit_name}")
+
+
 class LazyGenerator:
     """A generator built on its first ``generate`` call: work already cached on disk then
     costs no model load (evaluating a checkpoint whose chunks are all written loads nothing)."""
@@ -143,3 +180,9 @@ class LazyGenerator:
         if self._generator is None:
             self._generator = self._make()
         return self._generator.generate(*args, **kwargs)
+
+    def check_prompts(self, *args, **kwargs):
+        if self._generator is None:
+            self._generator = self._make()
+        check = getattr(self._generator, "check_prompts", None)
+        return check(*args, **kwargs) if check is not None else None

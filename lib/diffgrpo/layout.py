@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,13 @@ BASE_RUN = "base"
 
 
 def study_dir(cfg: Config) -> Path:
-    return outputs_root() / cfg.study
+    """``<outputs>/<study>``: a folder strictly inside the outputs root (``params`` checks the
+    name, :data:`diffgrpo.params.SAFE_NAME`; this checks the path it makes)."""
+    artifacts.check_outputs_root(write=False)  # a file as the root: named, not a raw OSError later
+    path = artifacts.inside_outputs(outputs_root() / cfg.study, "study")
+    if os.path.abspath(path) == os.path.abspath(outputs_root()):
+        raise artifacts.OutputsError(f"study {cfg.study!r}: the study folder would be the outputs root itself")
+    return path
 
 
 # ---- run identity -----------------------------------------------------------------------
@@ -129,7 +136,7 @@ def key_hash(key: dict[str, Any]) -> str:
 def probe_dir(cfg: Config) -> Path:
     key = probe_key(cfg)
     name = f"{cfg.dataset.task}-{key['rows']['split']}-k{cfg.probe.k}-{key_hash(key)}"
-    return study_dir(cfg) / "probe" / cfg.model.name / name
+    return artifacts.inside_outputs(study_dir(cfg) / "probe" / cfg.model.name / name, "model.name")
 
 
 def select_dir(cfg: Config) -> Path:
@@ -139,7 +146,7 @@ def select_dir(cfg: Config) -> Path:
 def selection_file(cfg: Config, arm: str, seed: int | None = None) -> Path:
     """``select/<arm>.parquet``; with ``seed``, the selection of one training seed,
     ``select/<arm>-seed<seed>.parquet`` (which policies draw one per seed: ``select.PER_SEED``)."""
-    return select_dir(cfg) / f"{arm if seed is None else run_id(arm, seed)}.parquet"
+    return artifacts.inside_outputs(select_dir(cfg) / f"{arm if seed is None else run_id(arm, seed)}.parquet", "arm")
 
 
 def run_id(arm: str, seed: int) -> str:
@@ -159,12 +166,13 @@ def planned_runs(cfg: Config, arm: str | None = None, seed: int | None = None) -
 
 
 def run_dir(cfg: Config, arm: str, seed: int) -> Path:
-    return study_dir(cfg) / "runs" / run_id(arm, seed)
+    return artifacts.inside_outputs(study_dir(cfg) / "runs" / run_id(arm, seed), "arm")
 
 
 def eval_dir(cfg: Config, rid: str, eval_set: str = TEST_SET) -> Path:
     """``eval/<run_id>/`` on the held-out test set; ``eval-<set>/<run_id>/`` on another set."""
-    return study_dir(cfg) / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}") / rid
+    return artifacts.inside_outputs(study_dir(cfg) / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}") / rid,
+                                    "evaluation set")
 
 
 def report_dir(cfg: Config) -> Path:
@@ -178,4 +186,5 @@ def notebooks_dir(cfg: Config) -> Path:
 def executed_notebook(cfg: Config, stage: str, rid: str | None = None) -> Path:
     """Where the study keeps a stage's executed notebook: ``notebooks/<stage>.ipynb``, or for a
     stage run once per run (or for the base model), ``notebooks/<stage>/<run_id>.ipynb``."""
-    return notebooks_dir(cfg) / (f"{stage}.ipynb" if rid is None else f"{stage}/{rid}.ipynb")
+    return artifacts.inside_outputs(notebooks_dir(cfg) / (f"{stage}.ipynb" if rid is None else f"{stage}/{rid}.ipynb"),
+                                    "notebook")

@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from .artifacts import project_root
+from .artifacts import checkout_root
 
 STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
@@ -53,7 +53,7 @@ def refuse_unknown_parameters(namespace: dict[str, Any], stage: str) -> None:
 
 
 def notebook_path(stage: str) -> Path:
-    path = project_root() / "notebooks" / f"{stage}.ipynb"
+    path = checkout_root() / "notebooks" / f"{stage}.ipynb"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such notebook; stages are {list(STAGES)}")
     return path
@@ -76,15 +76,32 @@ def run_notebook(stage: str, out_path: Path, parameters: dict[str, Any], kernel:
 
     The executed notebook appears at ``out_path`` only when every cell succeeded; a failed
     run is kept beside it as ``<stage>.failed.ipynb`` with the error in place, for reading.
+    One execution of a notebook at a time: a second is refused before it touches the first's
+    ``.running.ipynb`` or ``.failed.ipynb``.
     """
-    import papermill
-
     nb = notebook_path(stage)
     check_parameters(nb, parameters)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     running = out_path.with_suffix(".running.ipynb")
     failed = out_path.with_suffix(".failed.ipynb")
+    from .artifacts import FolderBusy, exclusive
+
+    lock = exclusive(out_path)  # one execution of a notebook at a time: a second touches none of its files
+    try:
+        lock.__enter__()
+    except FolderBusy as err:
+        raise StageFailed(f"{stage}: {err}") from None
+    try:
+        return _execute(stage, nb, out_path, running, failed, parameters, kernel, progress)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, parameters: dict[str, Any],
+             kernel: str | None, progress: bool) -> Path:
+    import papermill
+
     try:
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
                                    progress_bar=progress, cwd=str(nb.parent))

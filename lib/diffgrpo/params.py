@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from .artifacts import project_root
+from .artifacts import checkout_root
 
 
 class ParamsError(ValueError):
@@ -365,7 +365,7 @@ DEFAULTS_FILE = "defaults.yaml"
 
 
 def params_dir() -> Path:
-    return project_root() / PARAMS_DIR_NAME
+    return checkout_root() / PARAMS_DIR_NAME
 
 
 def resolve(path: str | Path) -> Path:
@@ -389,9 +389,31 @@ def load(*files: str | Path, overrides: dict[str, Any] | None = None, defaults: 
         merged = _merge(merged, _read_yaml(path), origin, str(path))
     if defaults:
         _require_complete(merged, origin)
+    overrides = _overrides_mapping(overrides)
     if overrides:
         merged = _merge(merged, _expand(overrides, "overrides"), origin, "overrides")
     return build(merged, origin)
+
+
+def _overrides_mapping(overrides: Any) -> dict[str, Any] | None:
+    """``overrides`` as a mapping. papermill's ``-p overrides ...`` hands a notebook a string:
+    one that reads as a YAML mapping (``'{train.max_steps: 3}'``) is taken as that mapping;
+    anything else is an error saying how to pass it."""
+    if overrides is None or isinstance(overrides, dict):
+        return overrides
+    if isinstance(overrides, str):
+        try:
+            parsed = yaml.safe_load(overrides)
+        except yaml.YAMLError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+        if not overrides.strip():
+            return None
+    raise ParamsError(
+        f"overrides = {overrides!r}: expected a mapping of dotted keys to values, got {type(overrides).__name__}; "
+        "with papermill pass it as YAML, e.g. -y 'overrides: {train.max_steps: 3}' or "
+        "-p overrides '{train.max_steps: 3}'; in Python, overrides={\"train.max_steps\": 3}")
 
 
 def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
@@ -417,6 +439,10 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
         where = origin.get(key) or origin.get(key.split("[")[0], "params")  # a list item: the list's file
         raise ParamsError(f"{where}: `{key}` {message}")
 
+    for key in PATH_KEYS:
+        why = check_safe_name(get(cfg, key), key)
+        if why:
+            fail(key, why)
     for key in ("train.seeds", "evaluate.pass_k"):
         values = get(cfg, key) or []
         dup = sorted({v for v in values if values.count(v) > 1}, key=str)
@@ -446,6 +472,23 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
 
 #: a name that is safe as a folder and file name, and cannot be read as another run's id
 _NAME = re.compile(r"[A-Za-z0-9_.]+")
+#: the one rule for every value that becomes a part of a path under the outputs root: a letter
+#: or digit, then letters, digits, `.`, `_` or `-`, 100 characters at most (so never empty,
+#: `.`, `..`, absolute, hidden or holding a `/`)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: the keys whose values become path parts (arms, evaluation sets and EPRLI levels are checked
+#: with their lists: :func:`_check_arms`, :func:`_check_eval_sets`, :func:`_check_levels`)
+PATH_KEYS = ("study", "model.name", "dataset.task", "dataset.train_split")
+
+
+def check_safe_name(value: Any, key: str) -> str | None:
+    """Why ``value`` cannot be a path part (None when it can): :data:`SAFE_NAME`."""
+    if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+        shown = value if not isinstance(value, str) or len(value) <= 60 else value[:60] + "..."
+        return (f"= {shown!r} cannot name a folder: `{key}` becomes a path part under the outputs root, so it "
+                "must be a letter or digit followed by letters, digits, `.`, `_` or `-`, at most 100 "
+                "characters (no `/`, no leading `.`, not empty)")
+    return None
 
 
 def _check_arms(cfg: Config, fail) -> None:
@@ -459,9 +502,9 @@ def _check_arms(cfg: Config, fail) -> None:
         fail("arms", f"names {dup} more than once; each arm's runs must have their own folders")
     for i, a in enumerate(cfg.arms):
         where = f"arms[{i}] ({a.name or 'no name'})"
-        if not _NAME.fullmatch(a.name) or a.name == "base":
-            fail("arms", f"{where}: name {a.name!r} must be letters, digits, `_` or `.` and not `base` "
-                         "(it names the arm's folders; `-` separates the seed)")
+        if not _NAME.fullmatch(a.name) or not SAFE_NAME.fullmatch(a.name) or a.name == "base":
+            fail("arms", f"{where}: name {a.name!r} must be a letter or digit, then letters, digits, `_` or `.`, "
+                         "at most 100 characters, and not `base` (it names the arm's folders; `-` separates the seed)")
         if a.policy not in STRATEGIES:
             fail("arms", f"{where}: unknown policy {a.policy!r}; known: {list(STRATEGIES)}")
         if (a.budget_frac is not None or a.budget_count is not None) and a.policy not in BUDGETED:
@@ -473,9 +516,30 @@ def _check_arms(cfg: Config, fail) -> None:
         if moved:
             fail("arms", f"{where}: train.{moved[0]} is the study's (train.seeds), not an arm's")
         try:
-            cfg.for_arm(a.name)
+            arm_cfg = cfg.for_arm(a.name)
         except ParamsError as err:
             fail("arms", f"{where}: its train settings do not validate: {err}")
+        if a.policy in BUDGETED and cfg.dataset.pool_size is not None:
+            _check_budget(cfg, a, arm_cfg.train.prompts_per_step, where, fail)
+
+
+def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:
+    """A budget that selects no prompt or more than the pool, found here (with the key that
+    sets it) rather than inside the select stage (fewer prompts than ``train.prompts_per_step``
+    is the train stage's error: a config may be loaded for other work than training)."""
+    own = a.budget_frac is not None or a.budget_count is not None
+    frac, count = (a.budget_frac, a.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
+    key = "arms" if own else ("select.budget_count" if count is not None else "select.budget_frac")
+    what = f"{where}: " if own else f"(arm {a.name}) "
+    pool = cfg.dataset.pool_size
+    n = count if count is not None else math.floor(frac * pool)
+    setting = f"budget_count = {count}" if count is not None else f"budget_frac = {frac} of dataset.pool_size = {pool}"
+    if n < 1:
+        fail(key, f"{what}{setting} selects {n} prompts; raise it to at least {math.ceil(max(per_step, 1) / pool * 1e4) / 1e4} "
+                  f"(train.prompts_per_step = {per_step} prompts)"
+                  if count is None else f"{what}{setting} selects no prompt")
+    if n > pool:
+        fail(key, f"{what}{setting} selects {n} prompts, more than the pool of dataset.pool_size = {pool}")
 
 
 def _check_eval_sets(cfg: Config, fail) -> None:
@@ -487,8 +551,9 @@ def _check_eval_sets(cfg: Config, fail) -> None:
         fail("evaluate.sets", f"names {dup} more than once (`{TEST_SET}` is the training task's held-out set)")
     for i, s in enumerate(cfg.evaluate.sets):
         where = f"evaluate.sets[{i}] ({s.name or 'no name'})"
-        if not _NAME.fullmatch(s.name):
-            fail("evaluate.sets", f"{where}: name {s.name!r} must be letters, digits, `_` or `.` (it names folders)")
+        if not _NAME.fullmatch(s.name) or not SAFE_NAME.fullmatch(s.name):
+            fail("evaluate.sets", f"{where}: name {s.name!r} must be a letter or digit, then letters, digits, `_` "
+                                  "or `.`, at most 100 characters (it names folders)")
         if s.task is not None and s.task not in task_names():
             fail("evaluate.sets", f"{where}: unknown task {s.task!r}; known tasks: {task_names()}")
         try:
@@ -511,6 +576,10 @@ def _check_levels(cfg: Config, fail) -> None:
     names = [lv.name for lv in levels]
     if len(set(names)) != len(names) or not all(names):
         fail("eprli.levels", f"names {names}: each level needs its own non-empty name")
+    for i, lv in enumerate(levels):
+        why = check_safe_name(lv.name, f"eprli.levels[{i}].name")
+        if why:
+            fail("eprli.levels", why)
     for i, lv in enumerate(levels):
         key = f"eprli.levels[{i}]"
         if (lv.p_hat is None) == (lv.tiers is None):
@@ -565,9 +634,20 @@ def _with_includes(path: Path, seen: set[Path]) -> list[Path]:
     if isinstance(includes, str):
         includes = [includes]
     out: list[Path] = []
+    if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
+        raise ParamsError(f"{path}: `include` = {includes!r}: expected a file name or a list of file names")
     for inc in includes:
-        inc_path = (path.parent / inc) if (path.parent / inc).is_file() else resolve(inc)
-        out.extend(_with_includes(inc_path, seen))
+        here = [path.parent / inc, path.parent / f"{inc}.yaml"]
+        found = next((c for c in here if c.is_file()), None)
+        if found is None:
+            try:
+                found = resolve(inc)
+            except ParamsError:
+                looked = here + [params_dir() / inc, params_dir() / f"{inc}.yaml"]
+                raise ParamsError(f"{path}: `include: {inc}` names no file (looked in "
+                                  f"{', '.join(map(str, dict.fromkeys(looked)))}); fix the name in {path.name} or "
+                                  "add the file") from None
+        out.extend(_with_includes(found, seen))
     return out + [path]
 
 

@@ -56,8 +56,14 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
 
 def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
     manifest = out_dir / "manifest.json"
-    if manifest.exists() and artifacts.read_json(manifest).get("complete"):
-        bad = artifacts.damaged(out_dir, artifacts.read_json(manifest))
+    try:
+        m = artifacts.read_manifest(manifest, "01_probe")
+    except artifacts.ArtifactError as err:  # its chunks are keyed: the probe is rebuilt from them
+        log.warning("%s; rebuilding the probe from its chunks", err)
+        manifest.replace(manifest.with_name("manifest.json.damaged"))
+        m = None
+    if m is not None and m.get("complete"):
+        bad = artifacts.damaged(out_dir, m)
         if not bad:
             return out_dir
         log.warning("%s: %s damaged since the probe finished; rebuilding from its chunks", out_dir, bad)

@@ -31,12 +31,16 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
     """
     work_dir = Path(work_dir)
     key_file = work_dir / "key.json"
-    if key_file.exists() and artifacts.read_json(key_file) != artifacts.jsonable(key):
-        shutil.rmtree(work_dir)
+    if key_file.exists() and _stored_key(key_file) != artifacts.jsonable(key):
+        shutil.rmtree(work_dir)  # another key's chunks (or a damaged key file): never mixed in
     work_dir.mkdir(parents=True, exist_ok=True)
     artifacts.write_json(key_file, key)
 
     chunks = [rows.iloc[i:i + chunk_size] for i in range(0, len(rows), chunk_size)]
+    missing = any(not (work_dir / f"part-{i:05d}.parquet").exists() for i in range(len(chunks)))
+    if missing and hasattr(generator, "check_prompts"):  # every row fits, before anything generates
+        generator.check_prompts(list(rows["id"]), list(rows["prompt"]), max_new_tokens,
+                                where=rows.attrs.get("source"))
     parts = []
     bar = tqdm(total=len(rows), desc=desc, unit="prompt", disable=not progress)
     for i, chunk in enumerate(chunks):
@@ -59,6 +63,13 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
         bar.update(len(chunk))
     bar.close()
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SAMPLE_COLUMNS)
+
+
+def _stored_key(key_file: Path) -> Any:
+    try:
+        return artifacts.read_json(key_file)
+    except artifacts.ArtifactError:
+        return None
 
 
 def _readable(part: Path) -> pd.DataFrame | None:

@@ -279,6 +279,9 @@ def run_select(cfg: Config) -> pd.DataFrame:
             selections[arm.name if seed is None else layout.run_id(arm.name, seed)] = sel
     summary = summarize(selections, prompts, cfg.train.group_size)
     artifacts.write_csv(layout.select_dir(cfg) / "summary.csv", summary)
+    folder = layout.select_dir(cfg)  # digests: the train stage reads a selection only as written here
+    names = sorted(p.name for p in folder.glob("*.parquet")) + ["summary.csv"]
+    artifacts.write_json(folder / "manifest.json", {"sha256": artifacts.digests(folder, names)})
     return summary
 
 

@@ -16,7 +16,9 @@ finished runs, evaluated checkpoints), so an interrupted study resumes where it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import inspect
 import os
 import sys
 import time
@@ -32,12 +34,19 @@ from .tasks import TaskError
 
 
 def parse_overrides(pairs: list[str]) -> dict:
+    """``--set key=value`` pairs as a dict, each value read as YAML; a pair that is not
+    ``key=value`` or whose value is not YAML is a :class:`params.ParamsError` naming it."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"--set expects key=value, got {pair!r}")
+            raise params.ParamsError(f"--set {pair!r}: expected key=value, e.g. --set train.max_steps=20")
         key, value = pair.split("=", 1)
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            why = " ".join(str(err).split())
+            raise params.ParamsError(f"--set {pair!r}: the value {value!r} is not valid YAML ({why}); write a list "
+                                     f"as [4, 5], quote a string as '{key}=\"...\"'") from None
     return out
 
 
@@ -59,16 +68,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")
     ap.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     ap.add_argument("--kernel", default="diffgrpo", help="Jupyter kernel to run the notebooks in")
+    ap.add_argument("--project", metavar="DIR", help="the checkout whose notebooks/, params/ and outputs/ to use "
+                    "(default: the one the command runs in; also DIFFGRPO_PROJECT)")
     args = ap.parse_args(argv)
+    if args.project:  # the notebook processes and their kernels inherit it
+        os.environ[artifacts.PROJECT_ENV] = str(Path(args.project).resolve())
+    note = artifacts.checkout_mismatch()
+    if note:
+        print(note, file=sys.stderr, flush=True)
 
     # a relative DIFFGRPO_OUTPUTS means the folder the command ran in, for the kernels too
     if os.environ.get(artifacts.OUTPUTS_ENV):
         os.environ[artifacts.OUTPUTS_ENV] = str(Path(os.environ[artifacts.OUTPUTS_ENV]).resolve())
     overrides = parse_overrides(args.overrides)
     cfg = params.load(args.params_file, overrides=overrides)  # fail before any work
+    artifacts.check_outputs_root()
     nb_params = notebook_parameters(args.params_file, overrides, cfg)
     cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
     data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
+    data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
     executor = LocalExecutor(workers=cfg.workers, kernel=args.kernel)
     return run_study(cfg, nb_params, args.stages, executor)
 
@@ -121,31 +139,72 @@ def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
     return float(t.max_steps * t.prompts_per_step * t.group_size * tokens)
 
 
+class StudyBusy(artifacts.FolderBusy):
+    """Another study is running on the same study folder."""
+
+
 def run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
-    """Run the study's notebooks with ``executor``; record seconds per notebook and per stage."""
+    """Run the study's notebooks with ``executor``; record seconds per notebook and per stage.
+
+    One study at a time per study folder: a second one is refused before it touches any file
+    of the first (its notebooks, their logs, ``timings.json``). Each notebook's seconds are
+    added to ``timings.json`` as it finishes, so a failed or stopped study keeps them."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(artifacts.exclusive(layout.notebooks_dir(cfg)))
+        except artifacts.FolderBusy as err:
+            holder = str(err).split("(", 1)[-1].split(")", 1)[0]
+            raise StudyBusy(f"study {cfg.study!r}: another study ({holder}) is running on {layout.study_dir(cfg)}; "
+                            "wait for it or stop it, then rerun (nothing was written)") from None
+        return _run_study(cfg, nb_params, stages, executor)
+
+
+def _by_stage(per_job: dict[str, float]) -> dict[str, float]:
+    return {stage: round(sum(v for k, v in per_job.items() if k.split(" ")[0] == stage), 1)
+            for stage in STAGES if any(k.split(" ")[0] == stage for k in per_job)}
+
+
+def _timings(timings_file, per_job: dict, wall: float | None, cpu: dict | None = None) -> dict:
+    """Write seconds per notebook and per stage, and where the executor counts them, CPU seconds
+    (user + system, the notebook's kernel included) the same way; return seconds per stage."""
+    by_stage = _by_stage(per_job)
+    record = {"wall_s": wall, "stages": by_stage, "notebooks": per_job}
+    if cpu:
+        record["cpu_s"] = {"total": round(sum(cpu.values()), 1), "stages": _by_stage(cpu), "notebooks": cpu}
+    artifacts.write_json(timings_file, record)
+    return by_stage
+
+
+def _run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
     timings_file = layout.study_dir(cfg) / "timings.json"
-    timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
+    try:
+        timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
+    except artifacts.ArtifactError:
+        timings = {}  # a damaged record of seconds: start it again
+    per_job = dict(timings.get("notebooks", {}))
     todo = jobs(cfg, nb_params, stages)
     print(f"== {cfg.study}: {len(todo)} notebooks ({', '.join(s for s in STAGES if s in stages)}), "
           f"{cfg.workers} at a time; executed copies in {layout.notebooks_dir(cfg)}", flush=True)
     t0 = time.perf_counter()
+
+    def cpu() -> dict[str, float]:  # CPU seconds, where the executor counts them
+        return {**timings.get("cpu_s", {}).get("notebooks", {}), **getattr(executor, "cpu_seconds", {})}
+
+    def finished(name: str, seconds: float) -> None:  # kept as each notebook ends
+        per_job[name] = seconds
+        _timings(timings_file, per_job, timings.get("wall_s"), cpu())
+
+    reports = "on_done" in inspect.signature(executor.run).parameters  # an executor may not report as it goes
     try:
-        seconds = executor.run(todo)
+        seconds = executor.run(todo, on_done=finished) if reports else executor.run(todo)
     finally:
         wall = round(time.perf_counter() - t0, 1)
-    per_job = {**timings.get("notebooks", {}), **seconds}
-    cpu = {**timings.get("cpu_s", {}).get("notebooks", {}), **getattr(executor, "cpu_seconds", {})}
-
-    def by_stage(per: dict[str, float]) -> dict[str, float]:
-        return {stage: round(sum(v for k, v in per.items() if k.split(" ")[0] == stage), 1)
-                for stage in STAGES if any(k.split(" ")[0] == stage for k in per)}
-
-    record = {"wall_s": wall, "stages": by_stage(per_job), "notebooks": per_job}
-    if cpu:  # CPU seconds (user + system) per notebook, kernel included, where the executor counts them
-        record["cpu_s"] = {"total": round(sum(cpu.values()), 1), "stages": by_stage(cpu), "notebooks": cpu}
-    artifacts.write_json(timings_file, record)
+        if per_job:
+            _timings(timings_file, per_job, wall, cpu())
+    per_job.update(seconds)
+    by_stage = _timings(timings_file, per_job, wall, cpu())
     print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in record["stages"].items()))
+          + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
     report = layout.report_dir(cfg)
     if (report / "summary.json").exists():
         print(f"report: {report}/ (summary.json, tables, figures)")
@@ -163,7 +222,8 @@ def cli(argv: list[str] | None = None) -> int:
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError) as err:
+    except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
+            artifacts.FolderBusy) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -79,7 +79,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from . import artifacts, data, devices, layout, parallel, params, select
-from .generation import encode_prompt
+from .generation import check_fit, context_length, encode_prompt
 from .models import quiet_renamed_arguments
 from .params import Config
 
@@ -98,6 +98,11 @@ def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
     selection = artifacts.read_parquet(path, "02_select")
     ids = selection["id"].astype(str)
     pool = data.load_pool(cfg).set_index("id")
+    dup = ids[ids.duplicated()]
+    if len(dup):
+        raise ValueError(f"{path}: id {dup.iloc[0]!r} is selected more than once (row {int(dup.index[0]) + 1}, counting "
+                         f"from 1; {len(dup)} repeat(s)); a selection names distinct prompts. Rerun the select stage "
+                         "(02_select) to rebuild it")
     missing = [i for i in ids if i not in pool.index]
     if missing:
         raise ValueError(
@@ -401,8 +406,10 @@ class Tidy(TrainerCallback):
 
     def __init__(self, ckpt_dir: Path):
         self.ckpt_dir = ckpt_dir
+        self.saved: set[int] = set()  # the steps saved this session (a lost one is noticed at the end)
 
     def on_save(self, args, state, control, **kwargs):
+        self.saved.add(state.global_step)
         for step, path in list_checkpoints(self.ckpt_dir).items():
             if step < state.global_step:
                 (path / OPTIMIZER_FILE).unlink(missing_ok=True)
@@ -663,6 +670,9 @@ class Trainer(GRPOTrainer):
         # rows first: a crash mid-save leaves rows past the checkpoint, which a resume drops
         self.recorder.write(self.run_dir)
         super()._save_checkpoint(model, trial)
+        ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        if ckpt.is_dir():  # safetensors writes the adapter 0600; every file follows the umask (README)
+            artifacts.follow_umask(ckpt)
 
 
 def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
@@ -675,6 +685,39 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
         return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
     with artifacts.exclusive(run_dir):
         return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
+
+
+#: files every finished run holds besides its checkpoints (covered by the manifest's digests)
+RUN_FILES = ("steps.parquet", "groups.parquet", "params.yaml", "trl_config.json")
+
+
+def adapter_files(run_dir: Path) -> list[str]:
+    """The files of every checkpoint's adapter, relative to the run folder (trainer state,
+    which a later stage never reads, left out: only the newest checkpoint keeps it)."""
+    out = []
+    for path in list_checkpoints(run_dir / CHECKPOINTS, complete=False).values():
+        out += [artifacts.relative(f, run_dir) for f in sorted(path.rglob("*"))
+                if f.is_file() and f.name not in layout.ADAPTER_STATE_FILES]
+    return out
+
+
+def run_damaged(run_dir: Path, manifest: dict) -> list[str]:
+    """What a finished run lost or had changed since it finished: files its manifest recorded
+    (``sha256``: records, adapters), the checkpoints it lists, and its params and TRL config."""
+    bad = artifacts.damaged(run_dir, manifest)
+    bad += [c for c in manifest.get("checkpoints", []) if not (run_dir / c / "adapter_config.json").is_file()]
+    bad += [f for f in RUN_FILES if f not in manifest.get("sha256", {}) and not (run_dir / f).is_file()]
+    return bad
+
+
+def _damaged_level_record(run_dir: Path) -> str | None:
+    """What is wrong with the first unreadable ``levels/*/level.json`` of a run, or None."""
+    for path in sorted(run_dir.glob("levels/*/level.json")):
+        try:
+            artifacts.read_json(path, "03_train")
+        except artifacts.ArtifactError as err:
+            return str(err)
+    return None
 
 
 def _finished(manifest: dict, max_steps: int) -> bool:
@@ -735,7 +778,31 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
-    manifest = artifacts.read_json(manifest_path) if manifest_path.exists() else None
+    try:
+        manifest = artifacts.read_manifest(manifest_path, "03_train")
+        if manifest is not None and not {"key", "status", "steps_done"} <= set(manifest):
+            raise artifacts.ArtifactError(f"{manifest_path}: damaged, not a run manifest")
+    except artifacts.ArtifactError as err:  # its records cannot be trusted: set aside, trained anew
+        if devices.is_main_process():
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: {err}; kept the run as {kept.name} and training this one anew",
+                          stacklevel=2)
+        manifest = None
+    if manifest is not None and manifest["key"] == key and _damaged_level_record(run_dir):
+        # an interrupted EPRLI run whose record of a finished level is damaged: the rows of the
+        # levels after it cannot be put back in order without it, so the run trains anew
+        if devices.is_main_process():
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: {_damaged_level_record(kept)}; kept the run as {kept.name} and training "
+                          "this one anew", stacklevel=2)
+        manifest = None
+    if manifest is None and run_dir.exists() and list_checkpoints(ckpt_dir, complete=False):
+        # a run writes its manifest before its first step: checkpoints without one are the rest of a
+        # folder that lost files (deleted while it trained); its history cannot be trusted
+        if devices.is_main_process():
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: checkpoints without a manifest (the folder lost files); kept it as "
+                          f"{kept.name} and training this one anew", stacklevel=2)
     if manifest is not None and manifest["key"] != key:
         if devices.is_main_process():  # under a launcher, the one process that moves files
             kept = _set_aside(run_dir, manifest["key"])
@@ -748,7 +815,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
                              f"{cfg.train.max_steps}; raise train.max_steps, or delete that folder to retrain it")
         if _finished(manifest, cfg.train.max_steps):
-            bad = artifacts.damaged(run_dir, manifest)  # every process sees the same files
+            bad = run_damaged(run_dir, manifest)  # every process sees the same files
             if not bad:
                 return run_dir
             if devices.is_main_process():
@@ -793,17 +860,22 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
     t0 = time.perf_counter()
     offset, previous, budget_spent, output, recorder = 0, None, False, None, None
+    tidies: list[Tidy] = []
+    had: set[int] = set()
     for i, lv in enumerate(levels):
         one = lv.name is None
-        lv_ckpt = ckpt_dir if one else run_dir / "levels" / f"{i + 1}-{lv.name}" / CHECKPOINTS
+        lv_ckpt = ckpt_dir if one else artifacts.inside_outputs(run_dir / "levels" / f"{i + 1}-{lv.name}" / CHECKPOINTS,
+                                                                 "eprli.levels")
         record_path = lv_ckpt.parent / "level.json"
         if not one and record_path.exists():  # a level an interrupted run finished
-            record = artifacts.read_json(record_path)
+            record = artifacts.read_json(record_path, "03_train")  # readable: checked before the first level
             level_records.append(record)
             offset += record["steps_done"]
             previous = list_checkpoints(lv_ckpt)[record["local_steps"]]
             continue
         resumed_step, resume_from = resume_point(lv_ckpt, tidy=is_main)
+        if one:
+            had = set(list_checkpoints(lv_ckpt))  # what this session found: it must still be there at the end
         # every process records the groups it scored; the main process holds the earlier rows
         steps, groups = _previous_rows(run_dir, offset + resumed_step) if is_main else ([], [])
         before = int(sum(len(g["rewards"]) for g in groups if g["step"] <= offset))
@@ -821,9 +893,14 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             raise ValueError(f"{data.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
         tokenizer.padding_side = "left"
         check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
+        check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
+                  context_length(model), cfg.model.chat_template_kwargs, "train", "max_completion_length")
         dataset = Dataset.from_list(level_rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
 
-        callbacks = [recorder, budget, Tidy(lv_ckpt)] + (
+        tidy = Tidy(lv_ckpt)
+        if one:
+            tidies.append(tidy)
+        callbacks = [recorder, budget, tidy] + (
             [Progress(layout.run_id(strategy, seed) + ("" if one else f" {lv.name}"))] if progress else [])
         peft_config = lora_config(cfg)
         set_seed(seed)  # PEFT draws the LoRA init before TRL seeds anything
@@ -892,8 +969,12 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     finished = offset >= cfg.train.max_steps or budget_spent
     if levels[0].name is not None:
         finished = len(level_records) == len(levels)
+    if is_main:
+        every = {s for s in range(cfg.train.save_steps, offset + 1, cfg.train.save_steps)} if levels[0].name is None else set()
+        _check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
     write_manifest("complete" if finished else "stopped", offset, {
-        "sha256": artifacts.digests(run_dir, ["steps.parquet", "groups.parquet"]),
+        "sha256": artifacts.digests(run_dir, [f for f in RUN_FILES if (run_dir / f).is_file()] + adapter_files(run_dir)
+                                    + [artifacts.relative(p, run_dir) for p in sorted(run_dir.glob("levels/*/level.json"))]),
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss if output is not None else None,
@@ -901,6 +982,20 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "budget_spent": finished and offset < cfg.train.max_steps,
     })
     return run_dir
+
+
+def _check_nothing_lost(run_dir: Path, saved: set[int], manifest_path: Path) -> None:
+    """Before a run is recorded: every checkpoint this session found or saved, and the run's
+    params and TRL config, are still there. A run folder deleted (or thinned) while it trained
+    is set aside and refused, not recorded as finished with what was written after."""
+    have = set(list_checkpoints(run_dir / CHECKPOINTS, complete=False))
+    lost = [f"{CHECKPOINTS}/checkpoint-{s}" for s in sorted(saved - have)]
+    lost += [f for f in ("params.yaml", "trl_config.json") if not (run_dir / f).is_file()]
+    if lost:
+        kept = artifacts.set_aside(run_dir, "damaged")
+        raise artifacts.ArtifactError(f"{run_dir}: files of the run disappeared while it trained ({', '.join(lost)}); "
+                                      f"kept what is left as {kept.name}; rerun the train stage (03_train), which "
+                                      "trains the run anew")
 
 
 def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .generation import Completion, encode_prompt
+from .generation import Completion, check_fit, encode_prompt
 from .params import Config
 
 
@@ -127,6 +127,14 @@ class VLLMGenerator:
         self.llm, self.tokenizer, self.lora = llm, tokenizer, lora
         self.eos_ids = list(eos_ids)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def check_prompts(self, ids: list, prompts: list, max_new_tokens: int, where: str | None = None) -> None:
+        """As :meth:`diffgrpo.generation.HFGenerator.check_prompts`, against the engine's max_model_len."""
+        try:
+            context = int(self.llm.llm_engine.model_config.max_model_len)
+        except (AttributeError, TypeError, ValueError):
+            context = None  # an engine that does not say: vLLM checks each request itself
+        check_fit(self.tokenizer, ids, prompts, max_new_tokens, context, self.chat_template_kwargs, where)
 
     def sampling_params(self, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int):
         """vLLM's SamplingParams with every knob set, as HFGenerator's GenerationConfig."""

@@ -41,7 +41,27 @@ def get(name: str, **options: Any) -> Task:
         raise TaskError(f"unknown task {name!r}; known tasks: {names()}")
     if name not in _REGISTRY:
         importlib.import_module(f"{__name__}.{_MODULES[name]}")
-    return _REGISTRY[name](**options)
+    cls = _REGISTRY[name]
+    _check_options(cls, name, options)
+    return cls(**options)
+
+
+def _check_options(cls: type[Task], name: str, options: dict[str, Any]) -> None:
+    """An option the task does not take is a :class:`TaskError` naming it and the known ones
+    (the constructor would raise a bare TypeError)."""
+    import difflib
+    import inspect
+
+    sig = inspect.signature(cls.__init__)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    known = [p for p in sig.parameters if p != "self"]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], known, n=1)
+        raise TaskError(f"dataset.task_options: task {name!r} has no option {unknown[0]!r}"
+                        + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                        + f"; its options are {known or 'none'}")
 
 
 __all__ = ["Task", "TaskError", "get", "names", "register", "validate_rows"]

@@ -27,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+import numpy as np
 import pandas as pd
 
 REQUIRED_COLUMNS = ("id", "prompt", "answer", "tier")
@@ -85,8 +86,32 @@ def validate_rows(df: pd.DataFrame, where: str) -> pd.DataFrame:
         raise TaskError(f"{where}: rows lack column(s) {missing}")
     dup = df["id"][df["id"].duplicated()]
     if len(dup):
-        raise TaskError(f"{where}: duplicate ids, e.g. {dup.iloc[0]!r}")
+        first = int(np.flatnonzero(df["id"].duplicated().to_numpy())[0])
+        raise TaskError(f"{where}: duplicate ids, e.g. {dup.iloc[0]!r} (row {first + 1}, counting from 1); ids name "
+                        "prompts in every artifact, so each must be unique")
+    for column, what in (("answer", "answer"), ("prompt", "prompt")):
+        bad = [i for i, v in enumerate(df[column]) if _blank(v)]
+        if bad:
+            rows = [i + 1 for i in bad]
+            raise TaskError(f"{where}: row {rows[0]} (counting from 1; id {df['id'].iloc[bad[0]]!r}) has an empty or "
+                            f"null {what}" + (f" ({len(rows)} rows in all: {rows[:10]})" if len(rows) > 1 else "")
+                            + ("; no completion could ever be scored right against it" if column == "answer" else "")
+                            + "; fix or drop those rows")
     return df.reset_index(drop=True)
+
+
+def _blank(value: Any) -> bool:
+    """None, NaN, an empty or all-blank string, or an empty list of chat messages."""
+    if value is None:
+        return True
+    if isinstance(value, float) and value != value:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    try:
+        return len(value) == 0
+    except TypeError:
+        return False
 
 
 # ---- where rows come from ---------------------------------------------------------------
@@ -197,6 +222,9 @@ def rows_from(
                 log.warning("%s: loading from the Hugging Face hub failed (%s); loading the offline copy", task, err)
     if source in (None, "offline"):
         return offline(), "offline"
+    if Path(source).is_dir():
+        raise TaskError(f"{task}: dataset.source {source!r} is a folder ({Path(source).absolute()}); give the data "
+                        "file inside it (.jsonl, .json, .parquet or .csv), or 'hub' / 'offline'")
     if not Path(source).is_file():
         raise TaskError(f"{task}: dataset.source {source!r} is neither 'hub', 'offline' nor an existing file "
                         f"(looked for {Path(source).absolute()})")
