@@ -108,13 +108,15 @@ def test_the_planned_runs_refuse_an_arm_or_seed_the_study_does_not_have():
     assert layout.planned_runs(cfg, "easy", 0) == [("easy", 0)]
 
 
-def test_the_highest_priority_ready_job_starts_first_and_ties_keep_the_list_order(tmp_path):
+def test_an_earlier_stage_then_the_highest_priority_starts_first_and_ties_keep_the_list_order(tmp_path):
     ranks = {"a": 1.0, "b": 5.0, "c": 3.0, "d": 3.0}
     jobs = [ScriptJob(n, "03_train", tmp_path / f"{n}.json", {"seconds": 0.05}, (), (lambda r=r: r))
             for n, r in ranks.items()] + [job(tmp_path, "e", seconds=0.05)]  # no priority: rank 0
+    jobs += [ScriptJob("ev", "04_evaluate", tmp_path / "ev.json", {"seconds": 0.05}, (), lambda: 9.0),
+             ScriptJob("probe", "01_probe", tmp_path / "probe.json", {"seconds": 0.05})]
     fanout.LocalExecutor(workers=1, progress=False, poll_s=0.01).run(jobs)
     s = spans(tmp_path)
-    assert sorted(s, key=lambda n: s[n][0]) == ["b", "c", "d", "a", "e"]
+    assert sorted(s, key=lambda n: s[n][0]) == ["probe", "b", "c", "d", "a", "e", "ev"]
 
 
 def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, monkeypatch):

@@ -11,8 +11,9 @@ process asks Linux for ``PR_SET_PDEATHSIG``; its Jupyter kernel follows it throu
 poller). A cluster executor would submit the same commands to its queue, in an order that
 respects ``after``; nothing in the stages changes.
 
-Among the jobs ready to start, the one with the highest :attr:`NotebookJob.priority` goes
-first (ties: the list's order). The study gives each training its expected cost, so the
+Among the jobs ready to start, an earlier stage goes first (the probe before any training,
+every training before any evaluation), then within a stage the highest
+:attr:`NotebookJob.priority`, then the list's order. The study gives each training its expected cost, so the
 longest runs start first and the short ones (and the evaluations) fill the cores at the end,
 instead of one long run training alone while the other core idles.
 """
@@ -32,7 +33,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from .notebooks import DIE_WITH_ENV, StageFailed
+from .notebooks import DIE_WITH_ENV, STAGES, StageFailed
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def check_graph(jobs: Sequence[NotebookJob]) -> None:
 @dataclass
 class LocalExecutor:
     """``workers`` notebook executions at a time on this machine: of the jobs ready to start,
-    the highest :meth:`NotebookJob.rank` first, then the list's order. Each job writes its
+    the earliest stage first, then the highest :meth:`NotebookJob.rank`, then the list's order. Each job writes its
     output beside its notebook (``<name>.log``)."""
 
     workers: int = 1
@@ -120,7 +121,7 @@ class LocalExecutor:
                     candidates = [j for j in pending if set(j.after) <= done]
                     if not candidates:
                         break
-                    ready = max(candidates, key=lambda j: (j.rank(), -pending.index(j)))
+                    ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
                     log = open(ready.log_path, "w")
@@ -159,6 +160,10 @@ class LocalExecutor:
             more = f"; not started: {len(skipped)} job(s)" if skipped else ""
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
+
+
+def _stage_order(stage: str) -> int:
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
 
 
 def _reap(proc: subprocess.Popen) -> float | None:
