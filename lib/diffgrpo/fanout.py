@@ -63,9 +63,11 @@ class NotebookJob:
 
 
 class Executor(Protocol):
-    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
+    def run(self, jobs: Sequence[NotebookJob],
+            on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
         """Run every job once all of its ``after`` jobs have succeeded; return seconds per job
-        (``on_done(name, seconds)`` is called as each one succeeds, when given).
+        (``on_done(name, seconds, cpu_seconds)`` is called as each one succeeds, when given;
+        ``cpu_seconds`` is None where the executor cannot count them).
         A failed job raises :class:`StageFailed` naming it (after the jobs already running end);
         jobs that depend on it do not start."""
         ...
@@ -101,10 +103,10 @@ class LocalExecutor:
     kernel: str | None = None
     progress: bool = True
     poll_s: float = 0.2
-    #: CPU seconds (user + system) of each job that succeeded, its kernel included
-    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
-    def run(self, jobs: Sequence[NotebookJob], on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
+    def run(self, jobs: Sequence[NotebookJob],
+            on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
+        """:meth:`Executor.run`; a job's CPU seconds (user + system) include its kernel's."""
         check_graph(jobs)
         pending = list(jobs)
         running: dict[str, tuple[subprocess.Popen, float, object]] = {}
@@ -140,10 +142,9 @@ class LocalExecutor:
                     if proc.returncode == 0:
                         done.add(name)
                         seconds[name] = round(time.perf_counter() - t0, 1)
-                        self.cpu_seconds[name] = round(cpu, 1)
                         bar.update()
                         if on_done is not None:
-                            on_done(name, seconds[name])
+                            on_done(name, seconds[name], round(cpu, 1))
                     else:
                         failed.append((by_name[name], _error_of(by_name[name])))
                 if ", ".join(running) != shown:

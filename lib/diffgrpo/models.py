@@ -74,7 +74,7 @@ def dequantized_gguf(folder: Path, gguf_file: str, dtype: str) -> Path:
     file on one CPU thread, plus 6 s for its tokenizer), and a study loads the model in every
     notebook. So the first load saves what it dequantized (safetensors, in ``dtype``) under
     ``<cache>/gguf/<name>-<dtype>-<digest>/``, keyed by the file's sha256, and later loads read
-    that: the same tensors, the same tokenizer (``tests/test_smollm2_study.py`` checks both).
+    that: the same tensors, the same tokenizer (``tests/test_generation.py`` checks both).
     Parallel first loads are safe: each writes its own folder and one rename wins."""
     digest = artifacts.file_digest(folder / gguf_file)[:16]
     out = cache_dir() / "gguf" / f"{Path(gguf_file).stem}-{dtype}-{digest}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import inspect
+import math
 import os
 import sys
 import time
@@ -122,8 +122,8 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
 
 def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
     """A run's expected work, to start the longest first: update steps x completions a step x
-    the probe's mean completion length over the run's selection (its prompts' length where the
-    probe or the selection is missing). Read when the run is ready to start, after 02_select.
+    the probe's mean completion length over the run's selection (``train.max_completion_length``
+    where the probe or the selection cannot be read yet). Read when the run is ready to start, after 02_select.
     Only the order of the jobs depends on it, never a result."""
     acfg = cfg.for_arm(arm)
     t = acfg.train
@@ -134,7 +134,7 @@ def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
         tokens = float(probe.loc[probe.index.intersection(ids), "mean_tokens"].mean())
     except (OSError, KeyError, ValueError, artifacts.ArtifactError):
         tokens = float("nan")
-    if tokens != tokens:  # nan: no probe or selection to read; the length limit stands in
+    if math.isnan(tokens):  # nothing to read, or no selected id in the probe
         tokens = float(t.max_completion_length)
     return float(t.max_steps * t.prompts_per_step * t.group_size * tokens)
 
@@ -187,22 +187,22 @@ def _run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], execu
           f"{cfg.workers} at a time; executed copies in {layout.notebooks_dir(cfg)}", flush=True)
     t0 = time.perf_counter()
 
-    def cpu() -> dict[str, float]:  # CPU seconds, where the executor counts them
-        return {**timings.get("cpu_s", {}).get("notebooks", {}), **getattr(executor, "cpu_seconds", {})}
+    cpu = dict(timings.get("cpu_s", {}).get("notebooks", {}))  # where the executor counts them
 
-    def finished(name: str, seconds: float) -> None:  # kept as each notebook ends
+    def finished(name: str, seconds: float, cpu_seconds: float | None) -> None:  # kept as each notebook ends
         per_job[name] = seconds
-        _timings(timings_file, per_job, timings.get("wall_s"), cpu())
+        if cpu_seconds is not None:
+            cpu[name] = cpu_seconds
+        _timings(timings_file, per_job, timings.get("wall_s"), cpu)
 
-    reports = "on_done" in inspect.signature(executor.run).parameters  # an executor may not report as it goes
     try:
-        seconds = executor.run(todo, on_done=finished) if reports else executor.run(todo)
-    finally:
-        wall = round(time.perf_counter() - t0, 1)
-        if per_job:
-            _timings(timings_file, per_job, wall, cpu())
-    per_job.update(seconds)
-    by_stage = _timings(timings_file, per_job, wall, cpu())
+        executor.run(todo, on_done=finished)
+    except BaseException:
+        if per_job:  # what finished before the failure or the interrupt
+            _timings(timings_file, per_job, round(time.perf_counter() - t0, 1), cpu)
+        raise
+    wall = round(time.perf_counter() - t0, 1)
+    by_stage = _timings(timings_file, per_job, wall, cpu)
     print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
           + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
     report = layout.report_dir(cfg)
