@@ -13,9 +13,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo import analyze, calibration, layout, select, tables, uncertainty  # noqa: E402
+from diffgrpo import analyze, calibration, layout, params, select, tables, uncertainty  # noqa: E402
 from diffgrpo.reports import paper000, paper_numbers  # noqa: E402
-from diffgrpo.params import Config  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
 # final greedy accuracy = base + DELTA[strategy] + 0.01 * seed; pass@1 gains half of that
@@ -31,7 +30,7 @@ def _groups(strategy: str) -> pd.DataFrame:
     for step in (1, 2):
         for i in range(4):
             rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[strategy] else [1.0] * 4
-            rows.append({"step": step, "prompt_id": f"p{i}", "rewards": rewards,
+            rows.append({"step": step, "prompt_id": f"p{i}", "rewards": rewards, "scores": rewards,
                          "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards, ddof=1)),
                          "learnable": bool(np.ptp(rewards) > 0)})
     return pd.DataFrame(rows)
@@ -111,7 +110,7 @@ def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
 def study(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     # the runs make_study writes are the ones this config plans (the report reads only those)
-    cfg = Config(study="synthetic").replace(**{"arms": ["easy", "hard"], "train.seeds": [0, 1]})
+    cfg = params.load(overrides={"study": "synthetic", "arms": ["easy", "hard"], "train.seeds": [0, 1], "probe.k": 8})
     make_study(layout.study_dir(cfg))
     return cfg
 
@@ -133,10 +132,10 @@ def test_learnable_pct_counts_groups_with_mixed_rewards():
 def test_collect_runs_gains_and_learnable(study):
     runs = analyze.collect_runs(study)
     assert list(runs.columns) == ["model", "dataset", "strategy", "seed", "base_acc", "final_acc",
-                                  "gain_pp", "learnable_pct", "learnable_first_pct", "steps"]
+                                  "gain_pp", "learnable_pct", "learnable_first_pct", "verifier_mixed_pct", "steps"]
     assert list(zip(runs["strategy"], runs["seed"])) == [("easy", 0), ("easy", 1), ("hard", 0), ("hard", 1)]
     assert runs["gain_pp"].tolist() == pytest.approx([2.0, 3.0, 12.0, 13.0])
-    assert runs["learnable_pct"].tolist() == [25.0, 25.0, 75.0, 75.0]
+    assert runs["learnable_pct"].tolist() == [25.0, 25.0, 75.0, 75.0] == runs["verifier_mixed_pct"].tolist()
     assert set(runs["model"]) == {"tiny"} and set(runs["dataset"]) == {"shuffled_objects"}
     assert (runs["steps"] == 10).all() and (runs["base_acc"] == 0.40).all()
     sampled = analyze.collect_runs(layout.study_dir(study), metric="pass@1")
@@ -378,7 +377,7 @@ def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
 def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
     """Arms named freely: which is base-wrong is read from the policy."""
     cfg = study.replace(**{"study": "s001", "analyze.reports": ["001"], "arms": [
-        {"name": "easy", "policy": "base_right_matched"}, {"name": "hard", "policy": "base_wrong_matched"}]})
+        {"name": "easy", "select": "base_right_matched"}, {"name": "hard", "select": "base_wrong_matched"}]})
     shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
     s001 = analyze.report(cfg)["001"]
     assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("hard", "easy", None)
@@ -493,7 +492,7 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     """A study with random drawn per seed and the control arm: predicted learnable % from each
     seed's own selection, the control's learnable % from the verifier's scores."""
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
-    cfg = Config(study="synthetic").replace(**{"arms": ["hard", "random", "random_reward"],
+    cfg = params.load(overrides={"study": "synthetic", "arms": ["hard", "random", "random_reward"],
                                                 "train.seeds": [0, 1, 2], "analyze.bootstrap": 500})
     DELTA.update(random=0.06, random_reward=0.0)
     MIXED.update(random=2, random_reward=2)
@@ -519,11 +518,13 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     arms = summary["arms"]
     pred = [100 * np.mean([1 - 0.5**8 - 0.5**8, 1 - p**8 - (1 - p) ** 8]) for p in (0.0, 0.1, 0.2)]
     assert arms["random"]["predicted_learnable_pct"] == pytest.approx(np.mean(pred), abs=1e-3)
-    assert arms["random_reward"]["learnable_pct"] == 50.0 and arms["random"]["n_seeds"] == 3
+    # learnable % is that of the rewards trained on (the control's never mixed here); its verifier's beside it
+    assert arms["random_reward"]["learnable_pct"] == 0.0 and arms["random_reward"]["verifier_mixed_pct"] == 50.0
+    assert "verifier_mixed_pct" not in arms["random"] and arms["random"]["n_seeds"] == 3
     assert len(summary["contrasts"]) == 3 and len(summary["runs"]) == 9
     assert (layout.report_dir(cfg) / "fig_learnability.png").exists()
 
-    # issue 19: the control is known by its policy; Figure 3 and the Holm family of the arms leave it out
+    # issue 19: the control is known by its definition (its reward); Figure 3 and the Holm family of the arms leave it out
     assert arms["random_reward"]["reward"] == "control" and arms["random"]["reward"] == "verifier"
     reg = summary["regression"]
     assert reg["excluded"] == ["random_reward"] and reg["arms"] == ["hard", "random"] and reg["n"] == 6
@@ -546,11 +547,10 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
 
 
 def test_control_arm_by_its_definition_not_its_name():
-    cfg = Config(study="s").replace(**{"arms": [{"name": "random_reward", "policy": "random"},
-                                                 {"name": "noise", "policy": "random_reward"}, "hard", "easy"]})
-    manifests = [{"strategy": "hard", "reward": {"kind": "verifier"}}, {"strategy": "easy", "reward": {"kind": "bernoulli"}},
-                 {"strategy": "random_reward"}]
-    assert analyze.control_arms(cfg, manifests) == ["easy", "noise"]
+    cfg = params.load("tiny", overrides={"arms": [
+        {"name": "random_reward", "select": "random"}, {"name": "noise", "select": "random", "reward": "bernoulli_control"},
+        {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
+    assert analyze.control_arms(cfg, []) == ["noise", "shaped"]
 
 
 # ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----

@@ -10,7 +10,7 @@ import pytest
 import torch
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, layout, params, train
+from diffgrpo import data, devices, layout, params, sampling, train
 from diffgrpo.generation import HFGenerator, encode_prompt
 
 #: every device model.device may name; those this machine lacks are skipped, saying so
@@ -26,7 +26,7 @@ def tiny(**overrides):
 @pytest.mark.parametrize("name", DEVICES)
 def test_model_and_inputs_follow_model_device(name, monkeypatch):
     cfg = tiny(**{"model.device": name})
-    gen = data.load_generator(cfg, batch_size=4)
+    gen = sampling.load_generator(cfg, batch_size=4)
     assert isinstance(gen, HFGenerator)
     assert {p.device.type for p in gen.model.parameters()} == {name}
     seen = []
@@ -169,7 +169,7 @@ def test_chat_template_kwargs_reach_the_prompt_and_the_keys():
     assert layout.probe_key(thinking_off)["model"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert layout.probe_dir(thinking_off) != layout.probe_dir(default)
     assert "enable_thinking: false" in params.dump(thinking_off)  # params.yaml beside every run
-    gen = data.load_generator(thinking_off, batch_size=2)
+    gen = sampling.load_generator(thinking_off, batch_size=2)
     assert gen.chat_template_kwargs == {"enable_thinking": False}
 
 

@@ -125,7 +125,7 @@ def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, m
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     import pandas as pd
 
-    cfg = params.load("tiny", overrides={"arms": ["hard", "easy", {"name": "easy_long", "policy": "easy",
+    cfg = params.load("tiny", overrides={"arms": ["hard", "easy", {"name": "easy_long", "select": "easy",
                                                                      "train": {"max_steps": 40}}]})
     probe = layout.probe_dir(cfg)
     probe.mkdir(parents=True)

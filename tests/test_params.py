@@ -36,11 +36,11 @@ def test_include_layers_underneath(tmp_path):
     ("train:\n  max_step: 5\n", "train.max_step", "did you mean `train.max_steps`"),
     ("trian:\n  max_steps: 5\n", "trian", "unknown key"),
     ("train:\n  max_steps: -5\n", "train.max_steps", "out of range"),
-    ("train:\n  max_steps: ten\n", "train.max_steps", "expected an integer"),
-    ("train:\n  loss_type: dapoo\n", "train.loss_type", "expected one of"),
-    ("train:\n  lora: 16\n", "train.lora", "must be a mapping"),
+    ("train:\n  max_steps: ten\n", "train.max_steps", "valid integer"),
+    ("train:\n  loss_type: dapoo\n", "train.loss_type", "Input should be 'grpo', 'dr_grpo', 'dapo' or 'bnpo'"),
+    ("train:\n  lora: 16\n", "train.lora", "valid dictionary"),
     ("select:\n  budget_frac: 1.5\n", "select.budget_frac", "out of range"),
-    ("evaluate:\n  greedy: 'yes'\n", "evaluate.greedy", "expected true/false"),
+    ("evaluate:\n  greedy: 'yes'\n", "evaluate.greedy", "valid boolean"),
 ])
 def test_bad_values_name_the_file_and_key(tmp_path, text, key, message):
     f = tmp_path / "bad.yaml"
@@ -74,10 +74,10 @@ def test_dump_round_trips():
 # ---- arms: the study format -----------------------------------------------------------------
 def test_a_bare_policy_name_is_an_arm_of_that_name_with_the_studys_options():
     short = params.load("embedded", overrides={"arms": ["hard", "random"]})
-    long = params.load("embedded", overrides={"arms": [{"name": "hard", "policy": "hard"},
-                                                        {"name": "random", "policy": "random"}]})
+    long = params.load("embedded", overrides={"arms": [{"name": "hard", "select": "hard"},
+                                                        {"name": "random", "select": "random"}]})
     assert short == long
-    assert [(a.name, a.policy, a.budget_frac, a.train) for a in short.arms] == [
+    assert [(a.name, a.select, a.budget_frac, a.train) for a in short.arms] == [
         ("hard", "hard", None, {}), ("random", "random", None, {})]
 
 
@@ -99,7 +99,7 @@ def test_an_arm_with_its_own_training_settings_trains_with_them():
     from diffgrpo import layout
 
     cfg = params.load("embedded", overrides={"arms": [
-        "hard", {"name": "lower", "policy": "tiers", "max_tier": 4, "train": {"max_steps": 40, "lora": {"r": 4}}}]})
+        "hard", {"name": "lower", "select": "tiers", "max_tier": 4, "train": {"max_steps": 40, "lora": {"r": 4}}}]})
     lower = cfg.for_arm("lower")
     assert (lower.train.max_steps, lower.train.lora.r, lower.train.lora.alpha) == (40, 4, cfg.train.lora.alpha)
     assert [a.name for a in lower.arms] == ["lower"] and lower.arm("lower").train == {}
@@ -188,11 +188,13 @@ def test_paper002_gpu_builds_every_object_a_run_would():
     (bf16 and the GPU switched off only so a CPU can build it), the LoRA config, the budget."""
     from pathlib import Path
 
-    from diffgrpo import train
+    from trl import GRPOConfig
+
+    from diffgrpo import models, train
 
     cfg = params.load("paper002_gpu")
     assert cfg.model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" and cfg.train.group_size == 16
-    levels = {a.name: train.run_levels(cfg, a.policy) for a in cfg.arms}
+    levels = {a.name: train.run_levels(cfg.for_arm(a.name), a.name) for a in cfg.arms}
     eprli = levels["eprli"]
     assert len(eprli) == 2 and all(lv.group_size == 16 for lv in eprli)
     assert eprli[1].max_completion_length < eprli[0].max_completion_length  # Len2_max < Len1_max
@@ -203,10 +205,10 @@ def test_paper002_gpu_builds_every_object_a_run_would():
             kw = train.grpo_kwargs(cfg, 0, Path("unused"), 1, lv)
             assert (kw["num_generations"], kw["max_completion_length"], kw["epsilon_high"]) == (
                 lv.group_size, lv.max_completion_length, lv.epsilon_high)
-            with train.quiet_renamed_arguments():
-                args = train.GRPOConfig(**{**kw, "bf16": False, "use_cpu": True})
+            with models.quiet_renamed_arguments():
+                args = GRPOConfig(**{**kw, "bf16": False, "use_cpu": True})
             assert args.num_generations == 16 and args.generation_batch_size == lv.prompts_per_step * 16
-            train._check_levels_fit([lv], cfg, 1)
+            train.levels.check_levels_fit([lv], cfg, 1)
     train.lora_config(cfg)
 
 

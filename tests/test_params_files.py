@@ -10,7 +10,7 @@ import pytest
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, params, select, tasks, train
+from diffgrpo import data, devices, params, policies, select, tasks, train
 from diffgrpo.params import TEST_SET
 
 FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
@@ -35,13 +35,13 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
     for arm in cfg.arms:
         acfg = cfg.for_arm(arm.name)
         # the selection's definition: a known policy, a budget that fits the pool and one update
-        assert arm.policy in select.STRATEGIES
-        if arm.policy in select.BUDGETED and cfg.dataset.pool_size is not None:
+        assert arm.select in policies.names()
+        if policies.get(arm.select).budgeted and cfg.dataset.pool_size is not None:
             n = select.arm_budget(cfg, arm, cfg.dataset.pool_size)
             assert n >= acfg.train.prompts_per_step, f"{name}: arm {arm.name} selects {n} prompts, fewer than one update"
-        if arm.policy == "tiers" and not getattr(task, "tiers", None):
+        if arm.select == "tiers" and not getattr(task, "tiers", None):
             assert cfg.select.tier_bins, f"{name}: arm {arm.name} needs tiers: the task has none, and no tier_bins"
-        if arm.policy.startswith("base_"):
+        if arm.select.startswith("base_"):
             assert cfg.probe.one_sample, f"{name}: arm {arm.name} needs probe.one_sample"
         for seed in cfg.train.seeds:
             args = GRPOConfig(**train.grpo_kwargs(acfg, seed, tmp_path / arm.name))

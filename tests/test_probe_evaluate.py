@@ -63,8 +63,8 @@ def cfg(tmp_path, monkeypatch):
 
 def _patch_generator(monkeypatch, module, gen):
     monkeypatch.setattr(module.data, "load_model", lambda *a, **k: (None, None))
-    # data.load_generator builds the HF backend's generator from diffgrpo.generation
-    monkeypatch.setattr(generation, "HFGenerator", lambda *a, **k: gen)
+    # sampling.load_generator builds the HF backend's generator (diffgrpo.generation.HFGenerator)
+    monkeypatch.setattr(sampling, "HFGenerator", lambda *a, **k: gen)
 
 
 def test_probe_resumes_where_it_stopped(cfg, monkeypatch):

@@ -8,7 +8,6 @@ per stage) in their own outputs folder: a probe, a selection, one trained and ev
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -43,9 +42,9 @@ def test_a_name_that_becomes_a_path_part_is_refused_at_validation(key, value):
 
 
 @pytest.mark.parametrize("entry, key", [
-    ({"arms": [{"name": "../x", "policy": "hard"}]}, "arms"),
-    ({"arms": [{"name": "a" * 101, "policy": "hard"}]}, "arms"),
-    ({"arms": [{"name": ".h", "policy": "hard"}]}, "arms"),
+    ({"arms": [{"name": "../x", "select": "hard"}]}, "arms"),
+    ({"arms": [{"name": "a" * 101, "select": "hard"}]}, "arms"),
+    ({"arms": [{"name": ".h", "select": "hard"}]}, "arms"),
     ({"evaluate.sets": [{"name": "../../ood"}]}, "evaluate.sets"),
     ({"evaluate.sets": [{"name": ""}]}, "evaluate.sets"),
 ])
@@ -78,11 +77,11 @@ def test_every_layout_path_is_checked_under_the_outputs_root(tmp_path, monkeypat
     cfg = params.load("tiny")
     assert layout.study_dir(cfg) == tmp_path / "out" / "tiny"
     with pytest.raises(OutputsError, match="outside the outputs root"):
-        layout.study_dir(dataclasses.replace(cfg, study="../x"))
+        layout.study_dir(cfg.model_copy(update={"study": "../x"}))
     with pytest.raises(OutputsError, match="the outputs root itself"):
-        layout.study_dir(dataclasses.replace(cfg, study="."))
+        layout.study_dir(cfg.model_copy(update={"study": "."}))
     with pytest.raises(OutputsError, match=r"\(model.name\): would be written outside"):
-        layout.probe_dir(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name="../../../../x")))
+        layout.probe_dir(cfg.model_copy(update={"model": cfg.model.model_copy(update={"name": "../../../../x"})}))
     with pytest.raises(OutputsError, match=r"\(arm\): would be written outside"):
         layout.run_dir(cfg, "../../../x", 0)
     with pytest.raises(OutputsError, match=r"\(evaluation set\)"):
@@ -111,7 +110,7 @@ def test_a_budget_that_selects_no_prompt_or_too_many_is_refused_at_validation():
                                           r"selects 0 prompts; raise it to at least 0.0834"):
         params.load("tiny", overrides={"select.budget_frac": 0.01})
     with pytest.raises(ParamsError, match=r"`arms` arms\[0\] \(h\): budget_count = 100 selects 100 prompts, more than"):
-        params.load("tiny", overrides={"arms": [{"name": "h", "policy": "hard", "budget_count": 100}]})
+        params.load("tiny", overrides={"arms": [{"name": "h", "select": "hard", "budget_count": 100}]})
 
 
 @pytest.mark.parametrize("kind", ["a file", "under a file"])

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diffgrpo import select
+from diffgrpo import params, policies, select
 from diffgrpo.select import SelectionError
 
 
@@ -32,7 +32,7 @@ def test_budget_count_and_bad_budget():
         select.budget(10, 0.01, None)
 
 
-@pytest.mark.parametrize("strategy", select.BUDGETED)
+@pytest.mark.parametrize("strategy", [p for p in policies.names() if policies.get(p).budgeted])
 def test_exact_size_unique_ids_from_pool(pool, strategy):
     sel = select.select(pool, strategy, 50, seed=1, train_seed=0)
     assert len(sel) == 50 and sel["id"].is_unique and set(sel["id"]) <= set(pool["id"])
@@ -84,8 +84,10 @@ def test_per_seed_random_differs_across_seeds_and_deterministic_policies_do_not(
     assert [d["train_seed"].iloc[0] for d in draws.values()] == [0, 1, 2]
     again = select.select(pool, "random", 50, seed=0, train_seed=1)
     assert list(again["id"]) == list(draws[1]["id"])
-    control = select.select(pool, "random_reward", 50, seed=0, train_seed=1)
-    assert list(control["id"]) == list(draws[1]["id"]) and set(control["strategy"]) == {"random_reward"}
+    cfg = params.load("tiny", overrides={"arms": ["random", "random_reward"], "train.seeds": [0, 1]})
+    control = select.select_arm(cfg, pool, cfg.arm("random_reward"), train_seed=1)
+    same = select.select(pool, "random", len(control), seed=cfg.select.seed, train_seed=1)
+    assert list(control["id"]) == list(same["id"]) and set(control["strategy"]) == {"random_reward"}
     for strategy in ("hard", "easy", "middle"):
         a, b = (select.select(pool, strategy, 50, seed=0, train_seed=s) for s in (0, 1))
         assert list(a["id"]) == list(b["id"]) and "train_seed" not in a
@@ -106,7 +108,7 @@ def test_run_select_writes_one_file_per_seed_for_random_only(tmp_path, monkeypat
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
-    cfg = Config(study="sel").replace(**{"arms": ["hard", "random", "random_reward"],
+    cfg = params.load(overrides={"study": "sel", "arms": ["hard", "random", "random_reward"],
                                          "train.seeds": [0, 1]})
     select.run_select(cfg)
     names = sorted(p.name for p in layout.select_dir(cfg).glob("*.parquet"))
@@ -143,7 +145,7 @@ def test_tiers_from_p_hat_bins_when_the_task_has_none(pool):
 
 
 def test_unknown_strategy(pool):
-    with pytest.raises(SelectionError, match="unknown strategy 'hardest'"):
+    with pytest.raises(SelectionError, match="unknown selection policy 'hardest'; registered: .*plugins:"):
         select.select(pool, "hardest", 5, seed=0)
 
 
@@ -158,9 +160,9 @@ def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monke
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
-    cfg = Config(study="arms").replace(**{"select.budget_frac": 0.1, "arms": [
-        "hard", {"name": "hard_small", "policy": "hard", "budget_count": 7},
-        {"name": "lower", "policy": "tiers", "max_tier": 2}, {"name": "wrong_m", "policy": "base_wrong_matched"}]})
+    cfg = params.load(overrides={"study": "arms", "select.budget_frac": 0.1, "arms": [
+        "hard", {"name": "hard_small", "select": "hard", "budget_count": 7},
+        {"name": "lower", "select": "tiers", "max_tier": 2}, {"name": "wrong_m", "select": "base_wrong_matched"}]})
     select.run_select(cfg)
     sel = select.read_selections(cfg)
     assert len(sel["hard"]) == 50 and len(sel["hard_small"]) == 7
@@ -183,13 +185,11 @@ def test_eprli_levels_draw_their_prompts_from_their_bands(pool):
         return LevelParams(**{**base, **kw})
 
     levels = [level("easy", p_hat=[0.5, 0.875]), level("hard", tiers=[4, 5], prompts=30)]
-    sel = select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=3)
+    sel = select.select(pool, "levels", None, 0, levels=levels, levels_seed=3)
     assert sel["level"].tolist() == ["easy"] * 20 + ["hard"] * 30 and sel["id"].is_unique
     easy, hard = sel[sel["level"] == "easy"], sel[sel["level"] == "hard"]
     assert easy["p_hat"].between(0.5, 0.875).all() and hard["tier"].isin([4, 5]).all()
-    for other in ("eprli_grpo", "eprli_dynamic"):
-        assert select.select(pool, other, 10, 0, levels=levels, levels_seed=3)["id"].tolist() == sel["id"].tolist()
-    assert select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=3)["id"].tolist() == sel["id"].tolist()
-    assert select.select(pool, "eprli", 10, 0, levels=levels, levels_seed=4)["id"].tolist() != sel["id"].tolist()
+    assert select.select(pool, "levels", None, 0, levels=levels, levels_seed=3)["id"].tolist() == sel["id"].tolist()
+    assert select.select(pool, "levels", None, 0, levels=levels, levels_seed=4)["id"].tolist() != sel["id"].tolist()
     with pytest.raises(SelectionError, match=r"level 'easy': \d+ pool prompts with p_hat in \[0\.5, 0\.875\]"):
-        select.select(pool, "eprli", 10, 0, levels=[level("easy", p_hat=[0.5, 0.875], prompts=10_000)])
+        select.select(pool, "levels", None, 0, levels=[level("easy", p_hat=[0.5, 0.875], prompts=10_000)])

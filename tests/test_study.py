@@ -65,7 +65,7 @@ def test_summary_json_agrees_with_the_run_files(tiny_study):
 def test_selections_hold_the_budget(tiny_study):
     cfg = params.load("tiny")
     for arm in cfg.arms:
-        for seed in cfg.train.seeds if select.per_seed(arm.policy) else [None]:  # random: one file per seed
+        for seed in cfg.train.seeds if select.per_seed(arm.select) else [None]:  # random: one file per seed
             name = arm.name if seed is None else f"{arm.name}-seed{seed}"
             sel = pd.read_parquet(tiny_study / "select" / f"{name}.parquet")
             assert len(sel) == int(cfg.select.budget_frac * cfg.dataset.pool_size)

@@ -14,7 +14,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from diffgrpo import artifacts, layout, params, tasks, train
+import peft
+from peft import LoraConfig
+from trl import GRPOTrainer
+
+from diffgrpo import artifacts, data, layout, params, rewards, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
 
 TEMPLATE = (
@@ -137,7 +141,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
     assert ("kl" in steps) == (beta > 0)
 
     # adapters at save_steps and at the end; only the newest keeps the optimizer state
-    ckpts = train.list_checkpoints(run / "checkpoints")
+    ckpts = layout.list_checkpoints(run / "checkpoints")
     assert sorted(ckpts) == [2, 3]
     for step, path in ckpts.items():
         assert (path / "adapter_model.safetensors").exists() and (path / "adapter_config.json").exists()
@@ -158,7 +162,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
 def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch):
     cfg = make_cfg(max_steps=1)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
-    monkeypatch.setattr(train.data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
 
 
@@ -323,9 +327,10 @@ def test_control_reward_is_independent_of_correctness_with_the_stated_mean():
     mean p_hat over its selection, the same whatever the completions say, deterministic in
     (seed, step, prompt); the verifier's scores are still recorded as ``scores``."""
     rows = pd.DataFrame({"id": ["a", "b", "c", "d"], "p_hat": [0.1, 0.2, 0.3, 0.6]})
-    assert train.control_reward("random", rows, seed=0) is None
-    control = train.control_reward("random_reward", rows, seed=3)
-    assert control.mean == pytest.approx(0.3) and control.describe()["seed"] == 3
+    assert rewards.get("verifier").run_key(rows, 0) is None  # the verifier adds nothing to a run's key
+    key = rewards.get("bernoulli_control").run_key(rows, 3)
+    assert key["mean"] == pytest.approx(0.3) and key["seed"] == 3
+    control = {"bernoulli_control": 1.0}
     g = 8
 
     def batch(recorder, step, right: bool):
@@ -333,19 +338,19 @@ def test_control_reward_is_independent_of_correctness_with_the_stated_mean():
         completions = ["x" if right or i % 2 else "y" for i in range(len(ids))]  # all right, or half
         return recorder.correct(None, completions, ["x"] * len(ids), ids, [1] * len(ids), _State(step))
 
-    right, half = train.Recorder(_Exact(), g, [], [], control), train.Recorder(_Exact(), g, [], [], control)
+    right, half = (train.Recorder(_Exact(), g, [], [], control, seed=3, rows=rows) for _ in range(2))
     r_right = [batch(right, s, True) for s in range(200)]
     r_half = [batch(half, s, False) for s in range(200)]
     assert r_right == r_half  # the completions' correctness changes nothing
-    rewards = np.concatenate(r_right)
-    se = np.sqrt(0.3 * 0.7 / len(rewards))
-    assert abs(rewards.mean() - 0.3) < 4 * se and set(np.unique(rewards)) == {0.0, 1.0}
+    drawn = np.concatenate(r_right)
+    se = np.sqrt(0.3 * 0.7 / len(drawn))
+    assert abs(drawn.mean() - 0.3) < 4 * se and set(np.unique(drawn)) == {0.0, 1.0}
     scores = np.concatenate([grp["scores"] for grp in half.groups])
     assert scores.mean() == 0.5 and all(np.all(np.array(grp["scores"]) == 1.0) for grp in right.groups)
-    assert [grp["rewards"] for grp in half.groups] == [list(r) for r in np.reshape(rewards, (-1, g))]
+    assert [grp["rewards"] for grp in half.groups] == [list(r) for r in np.reshape(drawn, (-1, g))]
     # same seed: same draws; another seed: other draws
-    again = train.Recorder(_Exact(), g, [], [], train.ControlReward(0.3, 3))
-    other = train.Recorder(_Exact(), g, [], [], train.ControlReward(0.3, 4))
+    again = train.Recorder(_Exact(), g, [], [], control, seed=3, rows=rows)
+    other = train.Recorder(_Exact(), g, [], [], control, seed=4, rows=rows)
     assert batch(again, 7, True) == r_right[7] and batch(other, 7, True) != r_right[7]
     # without a control the reward is the verifier's score
     plain = train.Recorder(_Exact(), g, [], [])
@@ -359,7 +364,7 @@ def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
     from diffgrpo import models as diffgrpo_models
 
     model, _ = diffgrpo_models.load_model(str(tiny_model))
-    peft_model = get_peft_model(model, train.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
     torch.manual_seed(1)
     with torch.no_grad():  # a trained adapter: B is no longer zero
         for name, p in peft_model.named_parameters():
@@ -393,7 +398,7 @@ def test_generation_with_the_lora_merged_samples_what_the_unmerged_model_samples
         calls.append(1)
         return merged_lora(model)
 
-    monkeypatch.setattr(train, "merged_lora", counting)
+    monkeypatch.setattr(train.trainer, "merged_lora", counting)
     cfg = make_cfg(max_steps=4, save_steps=10, max_completion_length=16)
     merged = train.train_run(cfg, "hard", seed=0, progress=False)
     assert len(calls) == 4
@@ -480,7 +485,7 @@ def test_dynamic_sampling_off_trains_as_trl_does(make_cfg, monkeypatch):
 
     shutil.rmtree(ours)
     monkeypatch.setattr(train.Trainer, "_generate_and_score_completions",
-                        train.GRPOTrainer._generate_and_score_completions)
+                        GRPOTrainer._generate_and_score_completions)
     trl_run = train.train_run(cfg, "hard", seed=0, progress=False)
     b_groups, b_steps = pd.read_parquet(trl_run / "groups.parquet"), pd.read_parquet(trl_run / "steps.parquet")
     pd.testing.assert_frame_equal(a_groups, b_groups)
@@ -495,13 +500,13 @@ def test_trl_generate_and_score_is_where_dynamic_sampling_hooks():
     _prepare_inputs with the generation batch, and reports zero-std groups."""
     import inspect
 
-    src = inspect.getsource(train.GRPOTrainer._prepare_inputs)
+    src = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert "self._generate_and_score_completions(generation_batch)" in src
-    body = inspect.getsource(train.GRPOTrainer._generate_and_score_completions)
-    for name in train.BATCH_KEYS - {"sampling_per_token_logps"}:
+    body = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for name in train.trainer.BATCH_KEYS - {"sampling_per_token_logps"}:
         assert f'"{name}"' in body, name
     assert "frac_reward_zero_std" in body and "completion_ids=completion_ids_list" in inspect.getsource(
-        train.GRPOTrainer._calculate_rewards)
+        GRPOTrainer._calculate_rewards)
 
 
 def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
@@ -535,17 +540,17 @@ def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkey
     assert manifest["status"] == "complete" and manifest["budget_spent"] and manifest["steps_done"] < 6
     assert manifest["completions_generated"] == int(per_step.sum()) >= 10
     assert per_step.iloc[:-1].sum() < 10  # it stopped at the first step that reached the budget
-    assert train.list_checkpoints(run / "checkpoints")
+    assert layout.list_checkpoints(run / "checkpoints")
     from diffgrpo import evaluate
 
     evaluate.check_finished(run, cfg.train.max_steps)
-    monkeypatch.setattr(train.data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
 
 
 def test_overlong_penalty_is_dapos_soft_punishment():
     """DAPO eq. 13: 0 up to L_max - L_cache, linear to -1 at L_max."""
-    assert [train.overlong_penalty(n, 20, 4) for n in (0, 16, 17, 18, 20, 21)] == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
+    assert [rewards.overlong_penalty(n, 20, 4) for n in (0, 16, 17, 18, 20, 21)] == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
 
 
 def test_length_reward_is_added_to_the_verifier_reward(make_cfg):
@@ -573,7 +578,7 @@ def eprli_cfg(make_cfg):
     from diffgrpo import select
 
     pool = pd.read_parquet(layout.selection_file(cfg, "hard")).assign(tier=1)
-    sel = select.select(pool, "eprli", 8, 0, levels=cfg.eprli.levels, levels_seed=cfg.eprli.seed)
+    sel = select.select(pool, "levels", None, 0, levels=cfg.eprli.levels, levels_seed=cfg.eprli.seed)
     artifacts.write_parquet(layout.selection_file(cfg, "eprli"), sel)
     return cfg
 
@@ -581,8 +586,8 @@ def eprli_cfg(make_cfg):
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading an adapter
 def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeypatch):
     loaded = []
-    from_pretrained = train.peft.PeftModel.from_pretrained
-    monkeypatch.setattr(train.peft.PeftModel, "from_pretrained",
+    from_pretrained = peft.PeftModel.from_pretrained
+    monkeypatch.setattr(peft.PeftModel, "from_pretrained",
                         lambda model, path, **kw: (loaded.append(path), from_pretrained(model, path, **kw))[1])
     run = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -604,7 +609,7 @@ def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeyp
     hard = json.loads((run / "levels" / "2-hard" / "trl_config.json").read_text())["grpo"]
     assert (hard["max_completion_length"], hard["epsilon"], hard["epsilon_high"], hard["num_generations"]) == (6, 0.1, 0.3, 2)
     # the run's checkpoints/ numbers them by the run's step (what the evaluate stage scores)
-    assert sorted(train.list_checkpoints(run / "checkpoints")) == [1, 2, 3, 4]
+    assert sorted(layout.list_checkpoints(run / "checkpoints")) == [1, 2, 3, 4]
     assert not (run / "checkpoints" / "checkpoint-4" / "optimizer.pt").exists()
     for r in manifest["levels"]:
         assert set(r) >= {"learnable_generated_pct", "learnable_kept_pct", "buffer_fill", "mean_completion_length",

@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from diffgrpo import data, params
+from diffgrpo import data, params, sampling
 from diffgrpo.embedded import default_path
 from diffgrpo.generation import Completion, encode_prompt
 
@@ -35,7 +35,7 @@ def cfg_vllm(**overrides):
 @pytest.mark.skipif(HAVE_VLLM, reason="checks the CPU environment, where vLLM is absent")
 def test_vllm_backend_in_the_cpu_env_is_a_clear_error():
     with pytest.raises(ImportError, match="only the GPU environment has.*make gpu-env"):
-        data.load_generator(cfg_vllm(), batch_size=4)
+        sampling.load_generator(cfg_vllm(), batch_size=4)
 
 
 # ---- the GPU environment -------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, 
     llm.generate.side_effect = _fake_outputs
     monkeypatch.setattr(vllm_backend, "_engine", lambda items: llm)
     cfg = cfg_vllm(**{"model.chat_template_kwargs": {"enable_thinking": False}})
-    gen = data.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
+    gen = sampling.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
     assert isinstance(gen, vllm_backend.VLLMGenerator)
 
     prompts = [[{"role": "user", "content": "Alice has the ball. Who has it?"}],
@@ -181,7 +181,7 @@ def test_one_engine_for_base_and_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "load_model", mock.Mock(side_effect=AssertionError("HF load in the vLLM path")))
     vllm_backend._engine.cache_clear()
     cfg = cfg_vllm()
-    gens = [data.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
+    gens = [sampling.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
     vllm_backend._engine.cache_clear()
     assert len(built) == 1 and len({id(g.llm) for g in gens}) == 1
     assert [g.lora is None for g in gens] == [True, False, False]

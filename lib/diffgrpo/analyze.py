@@ -19,16 +19,17 @@ Choices where the papers are vague:
   definition (section 4.1) has one group per update.
 - predicted learnable % = 100 * mean of 1 - p^G - (1-p)^G over an arm's selected prompts (the
   probe's p_hat; per seed for random), against the observed learnable %, over the first
-  ``FIRST_STEPS_FRAC`` of the steps and over the whole run. For the control arm (random
-  reward) the observed learnable % is that of the verifier's scores (``groups.scores``).
+  ``FIRST_STEPS_FRAC`` of the steps and over the whole run. Learnable % is that of the rewards
+  a run trained on (one definition: :mod:`diffgrpo.train.records`); the share of groups whose
+  verifier scores are mixed is ``verifier_mixed_pct``, shown for the control arms (for an arm
+  trained on the verifier's reward the two are one number).
   The plug-in p_hat predicts 0 for a prompt probed 0 (or K) of K; the posterior prediction
   (``predicted_posterior_pct``) takes the expectation over each prompt's Beta posterior, with
   a Beta prior fit to the whole pool's probe by the method of moments (Jeffreys' Beta(0.5,
   0.5) when the pool's probe is not there): ``select.posterior_learnable``.
-- a control arm is one whose policy is ``select.CONTROL`` or whose run manifests record a
-  reward other than the verifier's: Figure 3's fit leaves it out (its x is the verifier's
-  learnable %, not that of the reward it trained on) and its contrasts form their own Holm
-  family (:mod:`diffgrpo.uncertainty`).
+- a control arm is one whose definition trains on a reward other than the verifier's alone
+  (``ArmConfig.is_control``): Figure 3's fit leaves it out (it is drawn apart, labelled) and
+  its contrasts form their own Holm family (:mod:`diffgrpo.uncertainty`).
 - ``analyze.bootstrap`` resamples, drawn from ``analyze.seed``; both are in ``summary.json``.
 """
 
@@ -44,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from . import figures, layout, reports, select
+from .reports import grid
 from .artifacts import ArtifactError, read_json, read_parquet, save_figure, write_csv, write_json, write_text
 from .params import Config
 from .reports import paper_numbers
@@ -66,23 +68,17 @@ def study_path(study: Config | str | Path) -> Path:
 def find_runs(study_dir: Path, run_ids: Iterable[str] | None = None) -> tuple[list[dict], list[str]]:
     """Manifests of the complete runs (with ``run_id`` added), and the ids of incomplete ones.
     ``run_ids``: only these (the study's planned runs), not every folder under runs/."""
-    paths = sorted((study_dir / "runs").glob("*/manifest.json"))
+    paths = sorted(layout.runs_dir(study_dir).glob("*/manifest.json"))
     if run_ids is not None:
         wanted = set(run_ids)
         paths = [p for p in paths if p.parent.name in wanted]
     if not paths:
         raise FileNotFoundError(f"no runs/<run_id>/manifest.json under {study_dir}: run the train stage first")
     manifests = [{**read_json(p), "run_id": p.parent.name} for p in paths]
-    done = [_complete(m) for m in manifests]
+    done = [m.get("status") == "complete" for m in manifests]
     untrained = sorted(set(run_ids or []) - {m["run_id"] for m in manifests})  # planned, never trained
     return ([m for m, d in zip(manifests, done) if d],
             [m["run_id"] for m, d in zip(manifests, done) if not d] + untrained)
-
-
-
-def _complete(manifest: dict) -> bool:
-    """The train stage writes ``status: complete``; a bare ``complete: true`` is accepted too."""
-    return manifest.get("status") == "complete" or manifest.get("complete") is True
 
 
 
@@ -96,28 +92,25 @@ def read_evals(study_dir: Path, run_ids: Iterable[str], name: str = "summary.par
     """One eval table (``summary.parquet`` or ``tiers.parquet``) of the base model and of each run, stacked."""
     frames = []
     for rid in [layout.BASE_RUN, *run_ids]:
-        path = study_dir / "eval" / rid / name
+        path = layout.evals_dir(study_dir) / rid / name
         frames.append(read_parquet(path, "04_evaluate").assign(run_id=rid))
     return pd.concat(frames, ignore_index=True)
 
 
 
-def learnable_pct(groups: pd.DataFrame) -> float:
-    """Percent of (step, prompt) groups whose rewards differ (003 section 4.1).
-
-    Recomputed from the reward vectors, not the logged flag: a group whose rewards are all
-    equal has zero advantage everywhere, so GRPO learns nothing from it.
-    """
+def learnable_pct(groups: pd.DataFrame, column: str = "rewards") -> float:
+    """Percent of (step, prompt) groups whose rewards trained on differ (003 section 4.1): a
+    group whose rewards are all equal has zero advantage, so GRPO learns nothing from it.
+    Recomputed from the reward vectors, not the logged flag."""
     if groups.empty:
         raise ValueError("no (step, prompt) groups: learnable % is undefined")
-    return 100.0 * float(groups[_score_column(groups)].map(lambda r: np.ptp(np.asarray(r, float)) > 0).mean())
+    return 100.0 * float(groups[column].map(lambda r: np.ptp(np.asarray(r, float)) > 0).mean())
 
 
-
-def _score_column(groups: pd.DataFrame) -> str:
-    """The verifier's scores (``scores``, which the control arm keeps beside its random
-    rewards), or ``rewards`` in runs recorded before that column existed."""
-    return "scores" if "scores" in groups else "rewards"
+def verifier_mixed_pct(groups: pd.DataFrame) -> float:
+    """Percent of groups whose *verifier scores* differ: the learnable % the run would have had
+    on the verifier's reward (equal to :func:`learnable_pct` for an arm that trains on it)."""
+    return learnable_pct(groups, "scores")
 
 
 
@@ -141,7 +134,7 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
     if incomplete:
         warnings.warn(f"skipping incomplete runs: {', '.join(incomplete)}", stacklevel=2)
     if not runs:
-        raise FileNotFoundError(f"no complete run under {root / 'runs'}")
+        raise FileNotFoundError(f"no complete run under {layout.runs_dir(root)}")
     evals = read_evals(root, [m["run_id"] for m in runs])
     base = base_accuracy(evals, metric)
     final = final_checkpoints(evals).set_index("run_id")
@@ -149,18 +142,19 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
     for m in runs:
         rid = m["run_id"]
         if rid not in final.index:
-            raise ValueError(f"{root / 'eval' / rid / 'summary.parquet'} has no trained checkpoint (step > 0)")
-        evaluated = read_json(root / "eval" / rid / "manifest.json").get("trained")
+            raise ValueError(f"{layout.evals_dir(root) / rid / 'summary.parquet'} has no trained checkpoint (step > 0)")
+        evaluated = read_json(layout.evals_dir(root) / rid / "manifest.json").get("trained")
         if evaluated != layout.trained_identity(m):
-            raise ArtifactError(f"{root / 'eval' / rid}: scores an earlier training of run {rid!r}, not the one "
+            raise ArtifactError(f"{layout.evals_dir(root) / rid}: scores an earlier training of run {rid!r}, not the one "
                                 "in runs/ now; rerun the evaluate stage (04_evaluate)")
-        groups = read_parquet(root / "runs" / rid / "groups.parquet", "03_train")
+        groups = read_parquet(layout.runs_dir(root) / rid / "groups.parquet", "03_train")
         acc = float(final.loc[rid, metric])
         rows.append({
             "model": _name(m["model"]), "dataset": _name(m["task"]), "strategy": m["strategy"], "seed": int(m["seed"]),
             "base_acc": base, "final_acc": acc, "gain_pp": 100.0 * (acc - base),
             "learnable_pct": learnable_pct(groups),
             "learnable_first_pct": learnable_pct(first_steps(groups, int(m["steps_done"]))),
+            "verifier_mixed_pct": verifier_mixed_pct(groups),
             "steps": int(m["steps_done"]),
         })
     return _sorted(pd.DataFrame(rows), "seed")
@@ -169,7 +163,7 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
 
 def selection_p_hat(study_dir: Path) -> pd.DataFrame:
     """p_hat of every selected prompt, per strategy (the data behind the p_hat figure)."""
-    files = sorted((study_dir / "select").glob("*.parquet"))
+    files = sorted(layout.selections_dir(study_dir).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"no select/<strategy>.parquet under {study_dir}: run the select stage first")
     frames = [read_parquet(f, "02_select").pipe(_selection_rows, f.stem) for f in files]
@@ -187,10 +181,10 @@ def _selection_rows(sel: pd.DataFrame, stem: str) -> pd.DataFrame:
 
 def study_selections(cfg: Config) -> pd.DataFrame:
     """p_hat of every prompt the study's planned runs train on: one block per strategy, or per
-    (strategy, seed) for a per-seed policy (``select.PER_SEED``)."""
+    (strategy, seed) for a per-seed policy."""
     frames = []
     for strategy in dict.fromkeys(s for s, _ in layout.planned_runs(cfg)):
-        for seed in cfg.train.seeds if select.per_seed(cfg.arm(strategy).policy) else [None]:
+        for seed in cfg.train.seeds if select.per_seed(cfg.arm(strategy).select) else [None]:
             path = layout.selection_file(cfg, strategy, seed)
             frames.append(read_parquet(path, "02_select").pipe(_selection_rows, path.stem))
     return _sorted(pd.concat(frames, ignore_index=True), "id")
@@ -240,11 +234,9 @@ def posterior_learnable(selections: pd.DataFrame, runs: pd.DataFrame, group_size
 
 
 def control_arms(cfg: Config, manifests: list[dict]) -> list[str]:
-    """Arms that do not train on the verifier's reward: by the arm's policy (``select.CONTROL``),
-    or by the reward their run manifests record."""
-    names = {a.name for a in cfg.arms if a.policy == select.CONTROL}
-    names |= {m["strategy"] for m in manifests if (m.get("reward") or {}).get("kind", "verifier") != "verifier"}
-    return strategy_order(names)
+    """Arms that do not train on the verifier's reward alone, by their definition
+    (``ArmConfig.is_control``)."""
+    return strategy_order({a.name for a in cfg.arms if a.is_control})
 
 
 
@@ -254,7 +246,7 @@ def prompt_scores(study_dir: Path, rid: str, metric: str) -> pd.DataFrame:
     mode = {"greedy_acc": "greedy", "pass@1": "sampled"}.get(metric)
     if mode is None:
         raise ValueError(f"analyze.metric {metric!r}: intervals need per-sample scores (greedy_acc or pass@1)")
-    samples = read_parquet(study_dir / "eval" / rid / "samples.parquet", "04_evaluate",
+    samples = read_parquet(layout.evals_dir(study_dir) / rid / "samples.parquet", "04_evaluate",
                            columns=["step", "mode", "prompt_id", "correct"])
     samples = samples[samples["mode"] == mode]
     if samples.empty:
@@ -372,7 +364,7 @@ def confound_steps(study_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
     without those columns (or without steps.parquet) are left out."""
     frames = []
     for strategy, seed in zip(runs["strategy"], runs["seed"]):
-        path = study_dir / "runs" / layout.run_id(strategy, seed) / "steps.parquet"
+        path = layout.runs_dir(study_dir) / layout.run_id(strategy, seed) / "steps.parquet"
         if not path.exists():
             continue
         steps = read_parquet(path, "03_train")
@@ -506,7 +498,7 @@ def report(cfg: Config) -> dict:
     line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts, control)
     summary = {
         "metric": metric,
-        "runs": runs.round(DIGITS).to_dict("records"),
+        "runs": runs.drop(columns=["verifier_mixed_pct"]).round(DIGITS).to_dict("records"),
         "skipped": skipped,
         "best": best,
         "verdict": line,
@@ -518,6 +510,8 @@ def report(cfg: Config) -> dict:
             "predicted_learnable_pct": _round(r["predicted_learnable_pct"]),
             "predicted_posterior_pct": _round(r["predicted_posterior_pct"]), "n_seeds": int(r["n_seeds"]),
             "reward": "control" if r["strategy"] in control else "verifier",
+            **({"verifier_mixed_pct": _round(runs.loc[runs["strategy"] == r["strategy"], "verifier_mixed_pct"].mean())}
+               if r["strategy"] in control else {}),
         } for r in arms.to_dict("records")},
         "contrasts": [{
             "a": r["a"], "b": r["b"], "diff_pp": _round(r["diff_pp"]), "ci95": [_round(r["ci_low"]), _round(r["ci_high"])],
@@ -543,8 +537,6 @@ def report(cfg: Config) -> dict:
     for paper in cfg.analyze.reports:
         summary[paper] = reports.get(paper).write(study)
     if cfg.analyze.compare:
-        from .reports import grid
-
         summary["grid"] = grid.write(study, summary)
     write_json(out / "summary.json", summary)
     return summary

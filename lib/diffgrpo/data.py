@@ -225,16 +225,3 @@ def generation_key(cfg: Config) -> dict:
     it is not the default (HF). The chat-template arguments are part of the model's identity
     (:func:`layout.model_identity`), so they are not repeated here."""
     return {"backend": cfg.generation.backend} if cfg.generation.backend != "hf" else {}
-
-
-def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None):
-    """The generator of the probe and evaluation that ``generation.backend`` names, for the
-    base model or the base plus a LoRA ``adapter`` (merged for HF; served unmerged by vLLM)."""
-    if cfg.generation.backend == "vllm":
-        from . import vllm_backend
-
-        return vllm_backend.generator(cfg, adapter=adapter)
-    from .generation import HFGenerator
-
-    model, tokenizer = load_model(cfg, adapter=adapter)
-    return HFGenerator(model, tokenizer, batch_size=batch_size, chat_template_kwargs=cfg.model.chat_template_kwargs)

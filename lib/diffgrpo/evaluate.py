@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import artifacts, data, layout, parallel
+from . import artifacts, data, layout, runs
 from .generation import LazyGenerator
 from .params import TEST_SET, Config
-from .sampling import sample_and_score
+from .sampling import load_generator, sample_and_score
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -76,7 +76,7 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     ev = cfg.evaluate
 
     # loaded only if some chunk is missing
-    gen = LazyGenerator(lambda: data.load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
+    gen = LazyGenerator(lambda: load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
     task = data.task_of(cfg)
     key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []
@@ -150,20 +150,15 @@ def evaluate_base(cfg: Config, progress: bool = True, eval_set: str = TEST_SET) 
 
 def checkpoints(run_dir: Path) -> dict[int, Path]:
     """A run's saved adapters by step."""
-    found = {}
-    for d in (run_dir / "checkpoints").glob("checkpoint-*"):
-        if (d / "adapter_config.json").exists():
-            found[int(d.name.split("-")[1])] = d
+    found = layout.list_checkpoints(run_dir / layout.CHECKPOINTS)
     if not found:
-        raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no adapter checkpoints; train this run first")
+        raise FileNotFoundError(f"{run_dir / layout.CHECKPOINTS}: no adapter checkpoints; train this run first")
     return found
 
 
 def check_finished(run_dir: Path, max_steps: int) -> dict:
     """Refuse to score a run that is not finished: a killed or running train leaves
     checkpoints that look like a result and are not the study's."""
-    from .train import run_damaged  # train imports TRL: only when a run is evaluated
-
     path = run_dir / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
@@ -173,7 +168,7 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
             f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
             f"train.max_steps = {max_steps} steps); rerun the train stage (03_train), which resumes it, "
             "before evaluating")
-    bad = run_damaged(run_dir, m)
+    bad = runs.run_damaged(run_dir, m)
     if bad:  # a truncated adapter would fail to load naming no file, or score another model
         raise artifacts.ArtifactError(
             f"{run_dir}: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} missing or changed since the run "
@@ -214,7 +209,7 @@ def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: s
 
 
 def evaluate_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> pd.DataFrame:
-    """The base model, then every run of the study (``cfg.workers`` at a time), on every
+    """The base model, then every run of the study, on every
     evaluation set (``test`` first, then ``evaluate.sets``); the test set's summaries. With
     ``arm`` and/or ``seed`` only those runs; ``arm="base"``: the base model alone."""
     if arm == layout.BASE_RUN and seed is not None:
@@ -225,8 +220,8 @@ def evaluate_runs(cfg: Config, progress: bool = True, arm: str | None = None, se
         evaluate_base(cfg, progress, eval_set)
     if arm == layout.BASE_RUN:
         return read_summary(cfg, layout.BASE_RUN)
-    jobs = [(cfg, s, seed, eval_set) for eval_set in sets for s, seed in runs]
-    names = [layout.run_id(s, seed) + ("" if eval_set == TEST_SET else f" on {eval_set}") for _, s, seed, eval_set in jobs]
-    parallel.run_jobs(evaluate_run, jobs, cfg.workers, names=names, progress=progress, desc="evaluate")
+    for eval_set in sets:  # one after the other here; the study runner evaluates `workers` runs at once
+        for s, seed in runs:
+            evaluate_run(cfg, s, seed, eval_set, progress=progress)
     return pd.concat([read_summary(cfg, layout.run_id(s, seed)) for s, seed in runs], ignore_index=True)
 

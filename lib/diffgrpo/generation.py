@@ -9,7 +9,7 @@ the model's.
 
 The vLLM backend (:mod:`diffgrpo.vllm_backend`, GPU environment only) has the same
 ``generate`` signature and returns the same :class:`Completion` records;
-:func:`diffgrpo.data.load_generator` picks one by ``generation.backend``.
+:func:`diffgrpo.sampling.load_generator` picks one by ``generation.backend``.
 """
 
 from __future__ import annotations

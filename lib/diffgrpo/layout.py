@@ -17,7 +17,6 @@ the run ids of the strategies it replaced). Paths inside manifests are relative 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -51,7 +50,7 @@ def study_dir(cfg: Config) -> Path:
 def model_identity(cfg: Config) -> dict[str, Any]:
     """The model as the params name it, plus a digest of its files (a rebuilt checkpoint behind
     the same path is another model)."""
-    return {**dataclasses.asdict(cfg.model), "fingerprint": model_fingerprint(cfg)}
+    return {**cfg.model.model_dump(), "fingerprint": model_fingerprint(cfg)}
 
 
 def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
@@ -71,16 +70,23 @@ def probe_key(cfg: Config) -> dict[str, Any]:
         "rows": rows_identity(cfg, "pool"),
         "k": cfg.probe.k,
         "one_sample": cfg.probe.one_sample,
-        "sampling": dataclasses.asdict(cfg.probe.sampling),
+        "sampling": cfg.probe.sampling.model_dump(),
         "seed": cfg.probe.seed,
         **generation_key(cfg),
     })
 
 
+#: train.* keys out of a run's key: how far it goes (a finished run may be extended) and the
+#: seeds (each run has its own); every other key decides the result and is in it
+NOT_IN_RUN_KEY = ("max_steps", "seeds", "trl")
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
         "max_completions": lambda v: v is None}
+#: TRL options (``train.trl``) that change where a run logs, not what it learns; every other
+#: one enters the key, beside the train.* keys
+TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "trackio_space_id", "disable_tqdm",
+                      "log_completions", "num_completions_to_print", "vllm_enable_sleep_mode", "dataloader_num_workers")
 
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,
@@ -91,8 +97,8 @@ def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None
     policy decides is in the selection's ids and, for the control arm, in ``reward`` (the
     verifier's reward adds nothing, so the runs of 003's four arms keep their keys); ``levels``:
     the run's effective levels (paper 002's policies, :func:`diffgrpo.train.run_levels`)."""
-    train = {k: v for k, v in dataclasses.asdict(cfg.train).items()
-             if k not in ("max_steps", "seeds") and not (k in _OFF and _OFF[k](v))}
+    train = {k: v for k, v in cfg.train.model_dump().items() if k not in NOT_IN_RUN_KEY and not (k in _OFF and _OFF[k](v))}
+    train.update({f"trl.{k}": v for k, v in cfg.train.trl.items() if k not in TRL_NOT_IN_RUN_KEY})
     return artifacts.jsonable({
         "model": model_identity(cfg),
         "rows": rows_identity(cfg, "pool"),
@@ -108,7 +114,7 @@ def eval_key(cfg: Config) -> dict[str, Any]:
     ``cfg`` is the set's, :meth:`Config.for_eval_set`, its rows and settings in ``dataset`` and
     ``evaluate``, so the list of further sets is no part of it); a checkpoint's key adds
     :func:`adapter_identity`."""
-    ev = {k: v for k, v in dataclasses.asdict(cfg.evaluate).items() if k not in ("checkpoints", "sets")}
+    ev = {k: v for k, v in cfg.evaluate.model_dump().items() if k not in ("checkpoints", "sets")}
     return artifacts.jsonable({"model": model_identity(cfg), "rows": rows_identity(cfg, "test"), "evaluate": ev,
                                **generation_key(cfg)})
 
@@ -139,13 +145,18 @@ def probe_dir(cfg: Config) -> Path:
     return artifacts.inside_outputs(study_dir(cfg) / "probe" / cfg.model.name / name, "model.name")
 
 
+def selections_dir(study: Path) -> Path:
+    """``select/`` of a study folder: one selection file per arm (and seed, for a per-seed policy)."""
+    return study / "select"
+
+
 def select_dir(cfg: Config) -> Path:
-    return study_dir(cfg) / "select"
+    return selections_dir(study_dir(cfg))
 
 
 def selection_file(cfg: Config, arm: str, seed: int | None = None) -> Path:
     """``select/<arm>.parquet``; with ``seed``, the selection of one training seed,
-    ``select/<arm>-seed<seed>.parquet`` (which policies draw one per seed: ``select.PER_SEED``)."""
+    ``select/<arm>-seed<seed>.parquet`` (a per-seed policy's: :mod:`diffgrpo.policies`)."""
     return artifacts.inside_outputs(select_dir(cfg) / f"{arm if seed is None else run_id(arm, seed)}.parquet", "arm")
 
 
@@ -165,14 +176,40 @@ def planned_runs(cfg: Config, arm: str | None = None, seed: int | None = None) -
             if (arm is None or a == arm) and (seed is None or s == seed)]
 
 
+def runs_dir(study: Path) -> Path:
+    """``runs/`` of a study folder: one folder per run."""
+    return study / "runs"
+
+
+def evals_dir(study: Path, eval_set: str = TEST_SET) -> Path:
+    """``eval/`` of a study folder (the held-out test set), ``eval-<set>/`` for another set."""
+    return study / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}")
+
+
 def run_dir(cfg: Config, arm: str, seed: int) -> Path:
-    return artifacts.inside_outputs(study_dir(cfg) / "runs" / run_id(arm, seed), "arm")
+    return artifacts.inside_outputs(runs_dir(study_dir(cfg)) / run_id(arm, seed), "arm")
 
 
 def eval_dir(cfg: Config, rid: str, eval_set: str = TEST_SET) -> Path:
     """``eval/<run_id>/`` on the held-out test set; ``eval-<set>/<run_id>/`` on another set."""
-    return artifacts.inside_outputs(study_dir(cfg) / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}") / rid,
-                                    "evaluation set")
+    return artifacts.inside_outputs(evals_dir(study_dir(cfg), eval_set) / rid, "evaluation set")
+
+
+#: a run's adapter checkpoints, ``checkpoints/checkpoint-<step>/``; HF writes the trainer state
+#: last (a checkpoint without it is incomplete) and only the newest keeps its optimizer state
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
+    """Checkpoint folders by step, in order; ``complete``: only those HF finished writing. The
+    one listing of checkpoints (training resumes from them, evaluation scores them)."""
+    found = {}
+    for d in ckpt_dir.glob("checkpoint-*"):
+        if d.is_dir() and d.name.split("-")[-1].isdigit() and (not complete or (d / STATE_FILE).exists()):
+            found[int(d.name.split("-")[-1])] = d
+    return dict(sorted(found.items()))
 
 
 def report_dir(cfg: Config) -> Path:

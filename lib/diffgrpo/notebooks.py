@@ -6,6 +6,10 @@ cell, so a typo would silently run the default. :func:`run_notebook` checks the 
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -118,6 +122,19 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
     return out_path
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+
+    PR_SET_PDEATHSIG = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request: nobody to wait for
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """One notebook execution, as a study's executor runs it (:mod:`diffgrpo.fanout`):
 
@@ -127,16 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     copy, with the traceback, is kept as ``<out>.failed.ipynb``)."""
     import argparse
     import json
-    import os
-    import sys
 
     # papermill validates notebooks with jsonschema, which imports rfc3987_syntax when installed
     # (jupyterlab brings it) only to check "iri" strings, which no notebook schema uses; building
     # its grammar takes 2.3 s, paid again by every notebook a study runs (docs/benchmarks.md)
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     if os.environ.get(DIE_WITH_ENV):  # started by a study's executor: die with it (its kernel follows)
-        from .parallel import die_with_parent
-
         die_with_parent(int(os.environ[DIE_WITH_ENV]))
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.notebooks", description=main.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,6 +171,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

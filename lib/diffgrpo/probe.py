@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import artifacts, data, layout, params
 from .params import Config
-from .sampling import sample_and_score
+from .sampling import load_generator, sample_and_score
 
 log = logging.getLogger("diffgrpo.probe")
 
@@ -71,7 +71,7 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
     key = layout.probe_key(cfg)
     rows = data.load_pool(cfg)
     task = data.task_of(cfg)
-    gen = data.load_generator(cfg, batch_size=cfg.probe.sampling.batch_size)
+    gen = load_generator(cfg, batch_size=cfg.probe.sampling.batch_size)
     s = cfg.probe.sampling
     samples = sample_and_score(
         gen, task, rows, n=cfg.probe.k, temperature=s.temperature, top_p=s.top_p,

@@ -15,7 +15,9 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from . import artifacts
+from . import artifacts, data, vllm_backend
+from .generation import HFGenerator
+from .params import Config
 from .tasks import Task
 
 SAMPLE_COLUMNS = ["prompt_id", "sample", "completion", "correct", "num_tokens", "finished"]
@@ -81,3 +83,12 @@ def _readable(part: Path) -> pd.DataFrame | None:
     except Exception:
         part.unlink()
         return None
+
+
+def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None):
+    """The generator of the probe and evaluation that ``generation.backend`` names, for the
+    base model or the base plus a LoRA ``adapter`` (merged for HF; served unmerged by vLLM)."""
+    if cfg.generation.backend == "vllm":
+        return vllm_backend.generator(cfg, adapter=adapter)
+    model, tokenizer = data.load_model(cfg, adapter=adapter)
+    return HFGenerator(model, tokenizer, batch_size=batch_size, chat_template_kwargs=cfg.model.chat_template_kwargs)

@@ -1,32 +1,14 @@
 """Stage 2: choose which pool prompts GRPO trains on, from the probe's per-prompt p_hat.
 
-Policies (paper 003 section 2.3, blog 001, paper 000):
+Each arm names a selection policy (:mod:`diffgrpo.policies`: hard, easy, middle, random,
+base_wrong/right, all, tiers, levels, or a plugin's) with its options; ``select/<arm>.parquet``
+holds its selection, its ``strategy`` column the arm's name, ``rank`` the policy's order.
 
-- ``hard`` / ``easy``: the ``n`` lowest / highest p_hat;
-- ``middle``: the ``n`` nearest the median p_hat, all inside the interquartile range;
-- ``random``: ``n`` uniformly, without replacement, drawn anew for every training seed (the
-  spread of a random policy belongs in its interval): ``select/random-seed<s>.parquet``;
-- ``random_reward``: the control arm. Its selection is ``random``'s of the same seed (same
-  prompts); training replaces the verifier's reward by a seeded Bernoulli draw whose mean is
-  the probe's mean p_hat over those prompts (:mod:`diffgrpo.train`), so any gain it shows is
-  the optimiser's, not the reward's;
-- ``base_wrong`` / ``base_right``: every prompt the one-sample probe got wrong / right (001);
-  ``base_wrong_matched`` / ``base_right_matched``: both cut to the smaller one's size, so the
-  comparison is at equal size;
-- ``all``: the whole pool (001's comparison);
-- ``tiers``: every prompt whose tier is at most ``select.max_tier`` (000: train on the lower
-  tiers only); with tiers from p_hat bins when the task has none.
-
-A study's arms (params ``arms``) each name one policy with its options (budget, max_tier);
-``select/<arm>.parquet`` holds an arm's selection, its ``strategy`` column the arm's name.
-
-``n = floor(budget_frac * |pool|)`` or ``budget_count``; the budget applies to hard, easy,
-middle, random and random_reward (the others are defined by a set, not a size). Ties in p_hat
-are common (many prompts sit at 0 or 1): they are broken by a shuffle seeded with
-``select.seed``, which every selection file records. Deterministic policies (all but
-``PER_SEED``) make one file that every training seed shares; a per-seed policy makes one file
-per entry of ``train.seeds``, its stream seeded by (``select.seed``, policy, training seed) and
-its training seed recorded in a ``train_seed`` column.
+``n = floor(budget_frac * |pool|)`` or ``budget_count`` for a budgeted policy. Each policy
+draws from its own random stream, seeded by (``select.seed``, policy name), so adding a policy
+never changes another's selection; a per-seed policy (``random``) adds the training seed (except
+seed 0, which draws what a one-seed study always drew) and makes one file per seed of
+``train.seeds``, its seed in a ``train_seed`` column.
 """
 
 from __future__ import annotations
@@ -37,23 +19,9 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from . import artifacts, layout
+from . import artifacts, layout, policies
 from .params import ArmConfig, Config
-
-BUDGETED = ("hard", "easy", "middle", "random", "random_reward")
-#: paper 002: the EPRLI curriculum and its two baselines on the same prompts (eprli.levels)
-EPRLI = ("eprli", "eprli_grpo", "eprli_dynamic")
-STRATEGIES = BUDGETED + (
-    "base_wrong", "base_right", "base_wrong_matched", "base_right_matched", "all", "tiers",
-) + EPRLI
-#: policies that draw their own subset for every training seed
-PER_SEED = ("random", "random_reward")
-#: the control arm: random's prompts, a random reward of the same mean (see train.ControlReward)
-CONTROL = "random_reward"
-
-
-class SelectionError(ValueError):
-    pass
+from .policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's errors and tiers, re-exported)
 
 
 def budget(pool_size: int, frac: float | None, count: int | None) -> int:
@@ -69,149 +37,64 @@ def budget(pool_size: int, frac: float | None, count: int | None) -> int:
     return n
 
 
-def _rng(seed: int, strategy: str, train_seed: int | None = None) -> np.random.Generator:
-    # one stream per strategy, so adding a strategy never changes another's selection; the
-    # control arm shares random's stream (same prompts); per-seed policies add the training
-    # seed, except seed 0, which draws what a one-seed study always drew: adding seeds to a
-    # study never changes the runs it already has
-    stream = "random" if strategy == CONTROL else strategy
-    return np.random.default_rng([seed, zlib.crc32(stream.encode())] + ([train_seed] if train_seed else []))
-
-
 def per_seed(policy: str) -> bool:
-    return policy in PER_SEED
+    return policies.get(policy).per_seed
 
 
 def selection_path(cfg: Config, arm: str, seed: int):
     """The selection training seed ``seed`` of ``arm`` reads (its own for a per-seed policy)."""
-    return layout.selection_file(cfg, arm, seed if per_seed(cfg.arm(arm).policy) else None)
+    return layout.selection_file(cfg, arm, seed if per_seed(cfg.arm(arm).select) else None)
 
 
-def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int:
-    """The arm's prompt count: its own budget_frac / budget_count when it sets either, else the
-    study's ``select.budget_frac`` / ``budget_count``."""
+def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int | None:
+    """The arm's prompt count (None for a policy defined by a set): its own budget_frac /
+    budget_count when it sets either, else the study's ``select.*``."""
+    if not policies.get(arm.select).budgeted:
+        return None
     own = arm.budget_frac is not None or arm.budget_count is not None
     frac, count = (arm.budget_frac, arm.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
     return budget(pool_size, frac, count)
 
 
 def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: int | None = None) -> pd.DataFrame:
-    """The selection of one arm (of training seed ``train_seed`` for a per-seed policy): its
-    policy with its options; ``strategy`` holds the arm's name, ``policy`` its policy."""
-    max_tier = arm.max_tier if arm.max_tier is not None else cfg.select.max_tier
-    sel = select(prompts, arm.policy, arm_budget(cfg, arm, len(prompts)), cfg.select.seed, max_tier=max_tier,
-                 tier_bins=cfg.select.tier_bins, train_seed=train_seed, levels=cfg.eprli.levels,
-                 levels_seed=cfg.eprli.seed)
-    return sel.assign(strategy=arm.name) if arm.name != arm.policy else sel
+    """The selection of one arm (of training seed ``train_seed`` for a per-seed policy)."""
+    options = {"max_tier": arm.max_tier if arm.max_tier is not None else cfg.select.max_tier,
+               "tier_bins": cfg.select.tier_bins, "levels": cfg.eprli.levels, "levels_seed": cfg.eprli.seed}
+    sel = select(prompts, arm.select, arm_budget(cfg, arm, len(prompts)), cfg.select.seed, train_seed=train_seed,
+                 **options, **arm.options)
+    return sel.assign(strategy=arm.name)
 
 
-def _order(prompts: pd.DataFrame, key: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
-    """Rows sorted by ``key`` ascending, ties in a seeded random order."""
-    perm = rng.permutation(len(prompts))
-    order = perm[np.argsort(key[perm], kind="stable")]
-    return prompts.iloc[order]
-
-
-def select(prompts: pd.DataFrame, strategy: str, n: int, seed: int, *,
-           max_tier: int | None = None, tier_bins: list[float] | None = None,
-           train_seed: int | None = None, levels: list | None = None, levels_seed: int = 0) -> pd.DataFrame:
-    """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``strategy``;
-    ``train_seed``: the training seed a per-seed policy draws for (required for those);
-    ``levels``, ``levels_seed``: ``eprli.levels`` and ``eprli.seed`` (the EPRLI strategies)."""
-    if strategy not in STRATEGIES:
-        raise SelectionError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
-    if per_seed(strategy) and train_seed is None:
-        raise SelectionError(f"{strategy}: draws one subset per training seed; pass train_seed")
-    rng = _rng(seed, strategy, train_seed if per_seed(strategy) else None)
+def select(prompts: pd.DataFrame, policy: str, n: int | None, seed: int, *, train_seed: int | None = None,
+           **options) -> pd.DataFrame:
+    """Rows of ``prompts`` (columns id, p_hat, tier, optional base_correct) chosen by ``policy``
+    with the ``options`` it takes, ranked; ``train_seed``: required for a per-seed policy."""
+    pol = policies.get(policy)
+    if pol.per_seed and train_seed is None:
+        raise SelectionError(f"{policy}: draws one subset per training seed; pass train_seed")
     p = prompts["p_hat"].to_numpy(dtype=float)
     bad = ~np.isfinite(p) | (p < 0) | (p > 1)
     if bad.any():
         ids = list(prompts.loc[bad, "id"])
-        raise SelectionError(f"{strategy}: {len(ids)} prompt(s) have no valid p_hat (missing, non-finite or "
+        raise SelectionError(f"{policy}: {len(ids)} prompt(s) have no valid p_hat (missing, non-finite or "
                              f"outside [0, 1]), e.g. {ids[:5]}; they cannot be ranked. Rerun the probe stage "
                              "(01_probe) to rebuild its results")
-    if strategy == "hard":
-        chosen = _order(prompts, p, rng).iloc[:n]
-    elif strategy == "easy":
-        chosen = _order(prompts, -p, rng).iloc[:n]
-    elif strategy == "middle":
-        q1, med, q3 = np.quantile(p, [0.25, 0.5, 0.75])
-        inside = prompts[(p >= q1) & (p <= q3)]
-        if len(inside) < n:
-            raise SelectionError(
-                f"middle: only {len(inside)} prompts lie in the interquartile range "
-                f"[{q1:.3f}, {q3:.3f}], fewer than the budget of {n}"
-            )
-        dist = np.abs(inside["p_hat"].to_numpy(dtype=float) - med)
-        chosen = _order(inside, dist, rng).iloc[:n]
-    elif strategy in ("random", CONTROL):
-        chosen = prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
-    elif strategy in ("base_wrong", "base_right", "base_wrong_matched", "base_right_matched"):
-        if "base_correct" not in prompts:
-            raise SelectionError(f"{strategy}: the probe has no one-sample results (set probe.one_sample)")
-        right = prompts["base_correct"].to_numpy(dtype=bool)
-        wrong_rows, right_rows = prompts[~right], prompts[right]
-        chosen = wrong_rows if strategy.startswith("base_wrong") else right_rows
-        if strategy.endswith("_matched"):
-            m = min(len(wrong_rows), len(right_rows))
-            chosen = chosen.iloc[np.sort(rng.choice(len(chosen), size=m, replace=False))]
-    elif strategy == "all":
-        chosen = prompts
-    elif strategy in EPRLI:
-        chosen = level_rows(prompts, levels or [], levels_seed)
-    else:  # tiers
-        tiers = prompt_tiers(prompts, tier_bins)
-        cut = max_tier if max_tier is not None else int(np.median(np.unique(tiers)))
-        chosen = prompts[tiers <= cut]
+    rng = np.random.default_rng([seed, zlib.crc32(policy.encode())] + ([train_seed] if pol.per_seed and train_seed else []))
+    chosen = pol.fn(prompts, n, rng, **{k: v for k, v in options.items() if pol.accepts(k)})
+    if not isinstance(chosen, pd.DataFrame) or not {"id", "p_hat"} <= set(chosen.columns):
+        raise SelectionError(f"policy {policy!r} ({pol.origin}) returned {type(chosen).__name__}, not rows of the "
+                             "prompts it was given")
+    if chosen["id"].duplicated().any() or not chosen["id"].isin(prompts["id"]).all():
+        raise SelectionError(f"policy {policy!r} ({pol.origin}) returned rows that are not distinct pool prompts")
     if len(chosen) == 0:
-        raise SelectionError(f"{strategy}: selected no prompts")
+        raise SelectionError(f"{policy}: selected no prompts")
     out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct", "level") if c in chosen]].copy()
-    out["strategy"] = strategy
+    out["strategy"] = policy
     out["seed"] = seed
-    if per_seed(strategy):
+    if pol.per_seed:
         out["train_seed"] = train_seed
     out["rank"] = np.arange(len(out))
     return out.reset_index(drop=True)
-
-
-def level_rows(prompts: pd.DataFrame, levels: list, seed: int) -> pd.DataFrame:
-    """Paper 002's data D_l: for each level in order, ``level.prompts`` prompts drawn (seeded,
-    without replacement) from those whose p_hat lies in ``level.p_hat`` (inclusive) or whose
-    tier is in ``level.tiers``; a prompt belongs to the first level that draws it. Rows in level
-    order, with a ``level`` column (the level's name)."""
-    if not levels:
-        raise SelectionError("the EPRLI strategies need eprli.levels")
-    taken: set = set()
-    parts = []
-    for i, lv in enumerate(levels):
-        if lv.p_hat is not None:
-            p = prompts["p_hat"].to_numpy(dtype=float)
-            band = (p >= lv.p_hat[0]) & (p <= lv.p_hat[1])
-            where = f"p_hat in [{lv.p_hat[0]}, {lv.p_hat[1]}]"
-        else:
-            band = prompts["tier"].isin(lv.tiers).to_numpy()
-            where = f"tier in {lv.tiers}"
-        pool = prompts[band & ~prompts["id"].isin(taken).to_numpy()]
-        if len(pool) < lv.prompts:
-            raise SelectionError(f"eprli level {lv.name!r}: {len(pool)} pool prompts with {where} (not already in "
-                                 f"an earlier level), fewer than its prompts = {lv.prompts}; widen the band or "
-                                 "lower the count")
-        rng = np.random.default_rng([seed, zlib.crc32(b"eprli"), i])
-        part = pool.iloc[np.sort(rng.choice(len(pool), size=lv.prompts, replace=False))].assign(level=lv.name)
-        taken.update(part["id"])
-        parts.append(part)
-    return pd.concat(parts)
-
-
-def prompt_tiers(prompts: pd.DataFrame, bins: list[float] | None) -> np.ndarray:
-    """The task's tiers, or p_hat bins numbered 1 (hardest: lowest p_hat) upwards."""
-    tier = prompts["tier"]
-    if tier.notna().all():
-        return tier.to_numpy(dtype=int)
-    edges = np.asarray(bins or [0.0, 0.25, 0.5, 0.75, 1.0])
-    # bin 1 holds the highest p_hat (easiest), so "lower tiers" means easier, as with MATH levels
-    idx = np.digitize(prompts["p_hat"].to_numpy(dtype=float), edges[1:-1], right=True)
-    return (len(edges) - 1 - idx).astype(int)
 
 
 def predicted_learnable(p_hat: np.ndarray, group_size: int) -> float:
@@ -273,7 +156,7 @@ def run_select(cfg: Config) -> pd.DataFrame:
     prompts = read_prompts(cfg)
     selections = {}
     for arm in cfg.arms:
-        for seed in cfg.train.seeds if per_seed(arm.policy) else [None]:
+        for seed in cfg.train.seeds if per_seed(arm.select) else [None]:
             sel = select_arm(cfg, prompts, arm, seed)
             artifacts.write_parquet(layout.selection_file(cfg, arm.name, seed), sel)
             selections[arm.name if seed is None else layout.run_id(arm.name, seed)] = sel
@@ -289,7 +172,7 @@ def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
     """Every selection the study made, by arm (``<arm>-seed<s>`` for a per-seed policy)."""
     out = {}
     for arm in cfg.arms:
-        for seed in cfg.train.seeds if per_seed(arm.policy) else [None]:
+        for seed in cfg.train.seeds if per_seed(arm.select) else [None]:
             path = layout.selection_file(cfg, arm.name, seed)
             if not path.exists():
                 raise FileNotFoundError(f"{path}: no selection for arm {arm.name!r}; run the select stage")

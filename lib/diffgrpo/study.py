@@ -25,29 +25,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
 
 from . import artifacts, data, layout, params, select
 from .fanout import Executor, LocalExecutor, NotebookJob
 from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
-
-
-def parse_overrides(pairs: list[str]) -> dict:
-    """``--set key=value`` pairs as a dict, each value read as YAML; a pair that is not
-    ``key=value`` or whose value is not YAML is a :class:`params.ParamsError` naming it."""
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise params.ParamsError(f"--set {pair!r}: expected key=value, e.g. --set train.max_steps=20")
-        key, value = pair.split("=", 1)
-        try:
-            out[key] = yaml.safe_load(value)
-        except yaml.YAMLError as err:
-            why = " ".join(str(err).split())
-            raise params.ParamsError(f"--set {pair!r}: the value {value!r} is not valid YAML ({why}); write a list "
-                                     f"as [4, 5], quote a string as '{key}=\"...\"'") from None
-    return out
 
 
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
@@ -80,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     # a relative DIFFGRPO_OUTPUTS means the folder the command ran in, for the kernels too
     if os.environ.get(artifacts.OUTPUTS_ENV):
         os.environ[artifacts.OUTPUTS_ENV] = str(Path(os.environ[artifacts.OUTPUTS_ENV]).resolve())
-    overrides = parse_overrides(args.overrides)
+    overrides = params.parse_overrides(args.overrides)
     cfg = params.load(args.params_file, overrides=overrides)  # fail before any work
     artifacts.check_outputs_root()
     nb_params = notebook_parameters(args.params_file, overrides, cfg)

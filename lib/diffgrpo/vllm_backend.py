@@ -1,6 +1,6 @@
 """vLLM behind the generation interface of the probe and evaluation (GPU environment only).
 
-``generation.backend: vllm`` makes :func:`diffgrpo.data.load_generator` return a
+``generation.backend: vllm`` makes :func:`diffgrpo.sampling.load_generator` return a
 :class:`VLLMGenerator`: the same ``generate(prompts, n=..., temperature=..., top_p=...,
 max_new_tokens=..., seed=...)`` as :class:`diffgrpo.generation.HFGenerator`, and the same
 :class:`~diffgrpo.generation.Completion` records. What is the same as the HF backend: the
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .data import model_path
 from .generation import Completion, check_fit, encode_prompt
 from .params import Config
 
@@ -40,8 +41,6 @@ def _vllm():
 
 def engine_kwargs(cfg: Config) -> dict:
     """The arguments of ``vllm.LLM`` for this study's model and generation settings."""
-    from .data import model_path
-
     path, gguf = model_path(cfg)
     if gguf is not None:
         raise ValueError(f"model.gguf_file = {gguf!r}: the vLLM backend reads HF folders only "

@@ -24,3 +24,9 @@ def get(paper: str) -> ModuleType:
     if paper not in PAPERS:
         raise ValueError(f"no report for paper {paper!r}; reports: {list(PAPERS)}")
     return importlib.import_module(f"{__name__}.paper{paper}")
+
+
+def arm_selecting(cfg, policy: str, ran: set[str]) -> str | None:
+    """The first arm whose selection policy is ``policy`` and that has complete runs: a report
+    finds an arm's role from its definition, not its name."""
+    return next((a.name for a in cfg.arms if a.select == policy and a.name in ran), None)

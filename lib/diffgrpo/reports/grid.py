@@ -28,6 +28,7 @@ import json
 import pandas as pd
 
 from .. import layout, params
+from ..artifacts import save_figure
 from ..params import Config
 
 TABLES = ("grid_003", "grid_transfer_000")
@@ -114,8 +115,6 @@ def plot(gains: pd.DataFrame):
 
 def write(study, own: dict) -> dict:
     """Write grid_003 (+ fig_grid_003.png) and grid_transfer_000 into the report folder."""
-    from ..analyze import save_figure
-
     got = collect(study.cfg, own)
     studies, gains, transfer = (pd.DataFrame(got[k]) for k in ("studies", "gains", "transfer"))
     metric = study.metric

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import arm_selecting
 from .. import layout
 from ..params import TEST_SET
 from ..tables import final_checkpoints, tier_accuracy
@@ -41,10 +42,6 @@ DEFINITION = ("first evaluated checkpoint at which the lower-tier arm's accuracy
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
 TABLES = ("table_tiers_000", "steps_to_match", "transfer_000")
 FIGURES = ()
-
-
-def arm_of(cfg, policy: str, ran: set[str]) -> str | None:
-    return next((a.name for a in cfg.arms if a.policy == policy and a.name in ran), None)
 
 
 def steps_to_match(curves: pd.DataFrame, arms: pd.DataFrame, lower: str | None, all_arm: str | None,
@@ -96,8 +93,8 @@ def transfer_rows(cfg, set_evals: pd.DataFrame, metric: str) -> pd.DataFrame:
         rows.append({"arm": layout.BASE_RUN, "train_task": None, "eval_set": eval_set, "acc": float(base[metric].iloc[0])})
         for arm, g in final_checkpoints(ev).groupby("strategy", sort=False):
             a = cfg.arm(arm)
-            what = f"{cfg.dataset.task}, policy {a.policy}" + (f" (tier <= {a.max_tier if a.max_tier is not None else cfg.select.max_tier})"
-                                                               if a.policy == "tiers" else "")
+            what = f"{cfg.dataset.task}, policy {a.select}" + (f" (tier <= {a.max_tier if a.max_tier is not None else cfg.select.max_tier})"
+                                                               if a.select == "tiers" else "")
             rows.append({"arm": arm, "train_task": what, "eval_set": eval_set, "acc": float(g[metric].mean())})
     return pd.DataFrame(rows, columns=["arm", "train_task", "eval_set", "acc"])
 
@@ -105,7 +102,7 @@ def transfer_rows(cfg, set_evals: pd.DataFrame, metric: str) -> pd.DataFrame:
 def write(study) -> dict:
     cfg, metric = study.cfg, study.metric
     ran = set(study.runs["strategy"])
-    lower, all_arm = arm_of(cfg, "tiers", ran), arm_of(cfg, "all", ran)
+    lower, all_arm = arm_selecting(cfg, "tiers", ran), arm_selecting(cfg, "all", ran)
     match = steps_to_match(study.curves, study.arms, lower, all_arm, cfg.for_arm(all_arm).train.save_steps
                            if all_arm else cfg.train.save_steps)
     tiers = tier_rows(study.tiers, study.evals, metric)

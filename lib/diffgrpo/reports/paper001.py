@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import arm_selecting
 from .. import layout
 from ..tables import beside, summarize
 from ..uncertainty import _round
@@ -35,11 +36,6 @@ PAIRS = (("base_wrong_matched", "base_right_matched"), ("base_wrong", "base_righ
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
 TABLES = ("table_accuracy",)
 FIGURES = ()
-
-
-def arm_of(cfg, policy: str, ran: set[str]) -> str | None:
-    """The first arm with ``policy`` that has complete runs."""
-    return next((a.name for a in cfg.arms if a.policy == policy and a.name in ran), None)
 
 
 def write(study) -> dict:
@@ -53,10 +49,10 @@ def write(study) -> dict:
 
     wrong = right = None
     for w, r in PAIRS:
-        wrong, right = arm_of(cfg, w, ran), arm_of(cfg, r, ran)
+        wrong, right = arm_selecting(cfg, w, ran), arm_selecting(cfg, r, ran)
         if wrong and right:
             break
-    all_arm = arm_of(cfg, "all", ran)
+    all_arm = arm_selecting(cfg, "all", ran)
     rel, reason = None, None
     if not (wrong and right):
         reason = (f"the study has no base-wrong / base-right pair of arms with complete runs (policies "

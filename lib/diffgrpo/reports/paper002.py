@@ -2,7 +2,7 @@
 against single-level GRPO on the same prompts and dynamic sampling alone, at one budget of
 generated completions.
 
-Which arms are compared is read from their policies (``select.EPRLI``: ``eprli``,
+Which arms are compared is read from their definitions (those selecting ``levels``: ``eprli``,
 ``eprli_grpo``, ``eprli_dynamic``), not their names.
 
 Section ``"002"`` of summary.json::
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import layout, select
+from .. import layout
 from ..artifacts import read_json, read_parquet
 from ..tables import markdown
 from ..uncertainty import _round
@@ -36,12 +36,12 @@ FIGURES = ()
 def write(study) -> dict:
     cfg, runs = study.cfg, study.runs
     root = layout.study_dir(cfg)
-    eprli_arms = [a.name for a in cfg.arms if a.policy in select.EPRLI]
+    eprli_arms = [a.name for a in cfg.arms if a.select == "levels"]
     arms = {}
     for r in runs[runs["strategy"].isin(eprli_arms)].to_dict("records"):
         rid = layout.run_id(r["strategy"], r["seed"])
-        manifest = read_json(root / "runs" / rid / "manifest.json")
-        groups = read_parquet(root / "runs" / rid / "groups.parquet", "03_train")
+        manifest = read_json(layout.runs_dir(root) / rid / "manifest.json")
+        groups = read_parquet(layout.runs_dir(root) / rid / "groups.parquet", "03_train")
         kept = groups[groups["kept"]] if "kept" in groups else groups
         evals = read_parquet(layout.eval_dir(cfg, rid) / "summary.parquet", "04_evaluate").set_index("step")[study.metric]
         levels = [{**lv, "acc_at_end": _round(evals.get(lv["last_step"], np.nan))} for lv in manifest.get("levels") or []]

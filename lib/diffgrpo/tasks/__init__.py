@@ -26,19 +26,21 @@ _REGISTRY: dict[str, type[Task]] = {}
 
 
 def register(cls: type[Task]) -> type[Task]:
-    """Class decorator: make a task available by its ``name``."""
+    """Class decorator: make a task available by its ``name`` (a plugin's too: params
+    ``plugins:``, docs/extending.md)."""
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def names() -> list[str]:
-    return sorted(_MODULES)
+    return sorted(set(_MODULES) | set(_REGISTRY))
 
 
 def get(name: str, **options: Any) -> Task:
     """The task called ``name``, built with ``options`` (its difficulty knobs, subsets...)."""
-    if name not in _MODULES:
-        raise TaskError(f"unknown task {name!r}; known tasks: {names()}")
+    if name not in _MODULES and name not in _REGISTRY:
+        raise TaskError(f"unknown task {name!r}; known tasks: {names()}. Your own task goes in a plugin file named "
+                        "by the params key `plugins:` (docs/extending.md)")
     if name not in _REGISTRY:
         importlib.import_module(f"{__name__}.{_MODULES[name]}")
     cls = _REGISTRY[name]

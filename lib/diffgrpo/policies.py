@@ -1,0 +1,210 @@
+"""Selection policies: which pool prompts an arm trains on. One function each, by name.
+
+A policy is ``fn(prompts, n, rng, **options) -> DataFrame``: ``prompts`` is the probed pool
+(columns ``id``, ``p_hat``, ``tier``, and ``base_correct`` when the one-sample probe ran), ``n``
+the arm's budget (None for a policy defined by a set, not a size), ``rng`` a
+``numpy.random.Generator`` seeded for this policy (and training seed, for a per-seed policy);
+it returns the selected rows, in training-rank order. Register your own in a plugin file
+(params ``plugins:``, docs/extending.md)::
+
+    from diffgrpo import policies
+
+    @policies.register("hard_but_solved", budgeted=True)
+    def hard_but_solved(prompts, n, rng, **options):
+        solved = prompts[prompts["p_hat"] > 0]
+        return policies.lowest(solved, solved["p_hat"], rng).iloc[:n]
+
+``options`` are the arm's ``options:`` mapping plus the study-wide settings a policy may read
+(``max_tier``, ``tier_bins``, ``levels``, ``levels_seed``); a function takes only those it names.
+
+Built in (paper 003 section 2.3, blog 001, paper 000, paper 002): ``hard`` / ``easy`` (lowest /
+highest p_hat), ``middle`` (nearest the median, inside the interquartile range), ``random``
+(drawn anew per training seed), ``base_wrong`` / ``base_right`` (+ ``_matched``: cut to the
+smaller one's size), ``all``, ``tiers`` (tier <= max_tier) and ``levels`` (paper 002's data
+D_l per EPRLI level).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+class SelectionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    fn: Callable[..., pd.DataFrame]
+    budgeted: bool  # takes a size n (budget_frac / budget_count); else defined by a set
+    per_seed: bool  # draws its own subset for every training seed
+    origin: str  # where it was registered (a module or plugin file)
+
+    def accepts(self, option: str) -> bool:
+        sig = inspect.signature(self.fn).parameters
+        return option in sig or any(p.kind is p.VAR_KEYWORD for p in sig.values())
+
+
+_POLICIES: dict[str, Policy] = {}
+
+
+def register(name: str, *, budgeted: bool = False, per_seed: bool = False):
+    """Decorator: register ``fn`` as selection policy ``name`` (a second registration of one
+    name from another place is an error: two plugins would silently shadow each other)."""
+
+    def deco(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+        origin = getattr(fn, "__module__", "?")
+        old = _POLICIES.get(name)
+        if old is not None and _source(old.fn) != _source(fn):  # the same code again (a reload, a copy): fine
+            raise ValueError(f"selection policy {name!r} is registered twice: by {old.origin} and by {origin}")
+        _POLICIES[name] = Policy(name, fn, budgeted, per_seed, origin)
+        return fn
+
+    return deco
+
+
+def _source(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def get(name: str) -> Policy:
+    if name not in _POLICIES:
+        raise SelectionError(f"unknown selection policy {name!r}; registered: {names()}. Your own goes in a plugin "
+                             "file named by the params key `plugins:` (docs/extending.md)")
+    return _POLICIES[name]
+
+
+def names() -> list[str]:
+    return list(_POLICIES)
+
+
+def lowest(prompts: pd.DataFrame, key, rng: np.random.Generator) -> pd.DataFrame:
+    """Rows sorted by ``key`` ascending, ties in a seeded random order (ties in p_hat are common:
+    many prompts sit at 0 or 1)."""
+    key = np.asarray(key, dtype=float)
+    perm = rng.permutation(len(prompts))
+    return prompts.iloc[perm[np.argsort(key[perm], kind="stable")]]
+
+
+# ---- the built-in policies ------------------------------------------------------------------
+@register("hard", budgeted=True)
+def hard(prompts, n, rng):
+    return lowest(prompts, prompts["p_hat"], rng).iloc[:n]
+
+
+@register("easy", budgeted=True)
+def easy(prompts, n, rng):
+    return lowest(prompts, -prompts["p_hat"].to_numpy(dtype=float), rng).iloc[:n]
+
+
+@register("middle", budgeted=True)
+def middle(prompts, n, rng):
+    p = prompts["p_hat"].to_numpy(dtype=float)
+    q1, med, q3 = np.quantile(p, [0.25, 0.5, 0.75])
+    inside = prompts[(p >= q1) & (p <= q3)]
+    if len(inside) < n:
+        raise SelectionError(f"middle: only {len(inside)} prompts lie in the interquartile range "
+                             f"[{q1:.3f}, {q3:.3f}], fewer than the budget of {n}")
+    return lowest(inside, np.abs(inside["p_hat"].to_numpy(dtype=float) - med), rng).iloc[:n]
+
+
+@register("random", budgeted=True, per_seed=True)
+def random(prompts, n, rng):
+    return prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
+
+
+def _base(prompts: pd.DataFrame, wrong: bool, matched: bool, rng) -> pd.DataFrame:
+    if "base_correct" not in prompts:
+        raise SelectionError("base_wrong/base_right: the probe has no one-sample results (set probe.one_sample)")
+    right = prompts["base_correct"].to_numpy(dtype=bool)
+    chosen = prompts[~right] if wrong else prompts[right]
+    if matched:
+        m = min(int((~right).sum()), int(right.sum()))
+        chosen = chosen.iloc[np.sort(rng.choice(len(chosen), size=m, replace=False))]
+    return chosen
+
+
+@register("base_wrong")
+def base_wrong(prompts, n, rng):
+    return _base(prompts, True, False, rng)
+
+
+@register("base_right")
+def base_right(prompts, n, rng):
+    return _base(prompts, False, False, rng)
+
+
+@register("base_wrong_matched")
+def base_wrong_matched(prompts, n, rng):
+    return _base(prompts, True, True, rng)
+
+
+@register("base_right_matched")
+def base_right_matched(prompts, n, rng):
+    return _base(prompts, False, True, rng)
+
+
+@register("all")
+def all_prompts(prompts, n, rng):
+    return prompts
+
+
+@register("tiers")
+def tiers(prompts, n, rng, max_tier=None, tier_bins=None):
+    """Every prompt whose tier is at most ``max_tier`` (000: train on the lower tiers only);
+    tiers from p_hat bins when the task has none; no max_tier: the median tier."""
+    t = prompt_tiers(prompts, tier_bins)
+    cut = max_tier if max_tier is not None else int(np.median(np.unique(t)))
+    return prompts[t <= cut]
+
+
+@register("levels")
+def levels(prompts, n, rng, levels=(), levels_seed=0):
+    """Paper 002's data D_l: for each level in order, ``level.prompts`` prompts drawn (seeded,
+    without replacement) from those whose p_hat lies in ``level.p_hat`` (inclusive) or whose
+    tier is in ``level.tiers``; a prompt belongs to the first level that draws it. Rows in level
+    order, with a ``level`` column (the level's name)."""
+    import zlib
+
+    if not levels:
+        raise SelectionError("policy `levels` needs eprli.levels")
+    taken: set = set()
+    parts = []
+    for i, lv in enumerate(levels):
+        if lv.p_hat is not None:
+            p = prompts["p_hat"].to_numpy(dtype=float)
+            band = (p >= lv.p_hat[0]) & (p <= lv.p_hat[1])
+            where = f"p_hat in [{lv.p_hat[0]}, {lv.p_hat[1]}]"
+        else:
+            band = prompts["tier"].isin(lv.tiers).to_numpy()
+            where = f"tier in {lv.tiers}"
+        pool = prompts[band & ~prompts["id"].isin(taken).to_numpy()]
+        if len(pool) < lv.prompts:
+            raise SelectionError(f"eprli level {lv.name!r}: {len(pool)} pool prompts with {where} (not already in "
+                                 f"an earlier level), fewer than its prompts = {lv.prompts}; widen the band or "
+                                 "lower the count")
+        level_rng = np.random.default_rng([levels_seed, zlib.crc32(b"eprli"), i])
+        part = pool.iloc[np.sort(level_rng.choice(len(pool), size=lv.prompts, replace=False))].assign(level=lv.name)
+        taken.update(part["id"])
+        parts.append(part)
+    return pd.concat(parts)
+
+
+def prompt_tiers(prompts: pd.DataFrame, bins: list[float] | None) -> np.ndarray:
+    """The task's tiers, or p_hat bins numbered 1 (hardest: lowest p_hat) upwards."""
+    tier = prompts["tier"]
+    if tier.notna().all():
+        return tier.to_numpy(dtype=int)
+    edges = np.asarray(bins or [0.0, 0.25, 0.5, 0.75, 1.0])
+    # bin 1 holds the highest p_hat (easiest), so "lower tiers" means easier, as with MATH levels
+    idx = np.digitize(prompts["p_hat"].to_numpy(dtype=float), edges[1:-1], right=True)
+    return (len(edges) - 1 - idx).astype(int)

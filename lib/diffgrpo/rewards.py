@@ -1,0 +1,168 @@
+"""Rewards an arm trains on, by name: the verifier's score, the control arm's Bernoulli draw, a
+length penalty, or your own.
+
+A reward has TRL's reward-function signature, ``fn(prompts, completions, completion_ids=None,
+**kwargs) -> list[float]``, called once per generated batch (groups contiguous), with these
+keyword arguments besides the dataset's columns (``answer``, ``id``, ``tier``) and TRL's
+``trainer_state``:
+
+- ``scores``: the task verifier's score of each completion (1.0 right, 0.0 wrong);
+- ``run``: a :class:`RunContext` (seed, group size, the update's step, the selection's rows,
+  the completion length limit, the task, whose ``extract`` reads a completion's answer).
+
+An arm names its reward (``reward: verifier``) or several with weights, summed the way TRL's
+``reward_weights`` sums them (``reward: {verifier: 1.0, overlong: 0.5}``). Register your own in
+a plugin file (params ``plugins:``, docs/extending.md)::
+
+    from diffgrpo import rewards
+
+    @rewards.register("partial_credit")
+    def partial_credit(prompts, completions, completion_ids=None, *, scores, **kwargs):
+        return [1.0 if s else 0.2 * ("answer" in rewards.text(c).lower()) for c, s in zip(completions, scores)]
+
+A reward that is not the verifier's enters each run's key by its name and a digest of its
+source (or what its ``key`` returns), so a run trained on another reward, or on an edited one,
+is never taken for this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: the reward of every arm that names none: the task verifier's score
+VERIFIER = "verifier"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    seed: int
+    group_size: int
+    step: int  # the update this batch feeds (1-based)
+    rows: pd.DataFrame  # the run's selection (id, p_hat, ...)
+    max_completion_length: int
+    task: Any = None  # the run's task (diffgrpo.tasks.Task)
+
+
+@dataclass(frozen=True)
+class Reward:
+    name: str
+    fn: Callable[..., list[float]]
+    key: Callable[[pd.DataFrame, int], dict] | None  # (selection rows, seed) -> what enters the run key
+    origin: str
+
+    def run_key(self, rows: pd.DataFrame, seed: int) -> dict[str, Any] | None:
+        if self.name == VERIFIER:
+            return None  # the verifier adds nothing: 003's runs keep their keys
+        if self.key:
+            return self.key(rows, seed)
+        source = inspect.getsource(self.fn)  # the function's code, wherever its file lies
+        return {"kind": self.name, "source_sha256": hashlib.sha256(source.encode()).hexdigest()[:16]}
+
+
+_REWARDS: dict[str, Reward] = {}
+
+
+def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = None):
+    """Decorator: register ``fn`` as reward ``name``; ``key(rows, seed)``: what of the run decides
+    its rewards besides the name (the control arm's mean and seed)."""
+
+    def deco(fn):
+        origin = getattr(fn, "__module__", "?")
+        old = _REWARDS.get(name)
+        if old is not None and _source(old.fn) != _source(fn):  # the same code again (a reload, a copy): fine
+            raise ValueError(f"reward {name!r} is registered twice: by {old.origin} and by {origin}")
+        _REWARDS[name] = Reward(name, fn, key, origin)
+        return fn
+
+    return deco
+
+
+def _source(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def get(name: str) -> Reward:
+    if name not in _REWARDS:
+        raise KeyError(f"unknown reward {name!r}; registered: {names()}. Your own goes in a plugin file named by "
+                       "the params key `plugins:` (docs/extending.md)")
+    return _REWARDS[name]
+
+
+def names() -> list[str]:
+    return list(_REWARDS)
+
+
+def text(completion: Any) -> str:
+    """A completion's text: TRL passes chat messages for conversational prompts (the last
+    message's content, content blocks joined), a string otherwise."""
+    if isinstance(completion, str):
+        return completion
+    content = completion[-1]["content"]
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return content
+
+
+def combine(weights: dict[str, float], **kwargs) -> np.ndarray:
+    """The weighted sum of the named rewards (TRL's ``reward_weights``), as floats."""
+    total = None
+    for name, w in weights.items():
+        r = w * np.asarray(get(name).fn(**kwargs), dtype=float)
+        total = r if total is None else total + r
+    return total
+
+
+# ---- built in ---------------------------------------------------------------------------------
+@register(VERIFIER)
+def verifier(prompts, completions, completion_ids=None, *, scores, **kwargs):
+    """1.0 when the completion's final answer is right (the task's verifier), else 0.0."""
+    return list(scores)
+
+
+def _control_mean(rows: pd.DataFrame) -> float:
+    mean = float(rows["p_hat"].mean())
+    if not 0.0 <= mean <= 1.0:
+        raise ValueError(f"control reward mean {mean} is outside [0, 1]")
+    return mean
+
+
+def _control_key(rows: pd.DataFrame, seed: int) -> dict:
+    return {"kind": "bernoulli", "mean": round(_control_mean(rows), 6), "seed": int(seed),
+            "mean_from": "the probe's mean p_hat over the run's selection"}
+
+
+@register("bernoulli_control", key=_control_key)
+def bernoulli_control(prompts, completions, completion_ids=None, *, run: RunContext, id, **kwargs):
+    """The control arm (003's ``random_reward``): 1.0 with probability m, independently of the
+    completion, where m is the probe's mean p_hat over the selection (the verifier reward's mean
+    at step 0), so any gain is the optimiser's, not the reward's. Resume-safe: a group's draws
+    depend on (seed, step, prompt id, position in the batch) only."""
+    mean, g, out = _control_mean(run.rows), run.group_size, []
+    for start in range(0, len(completions), g):
+        rng = np.random.default_rng([int(run.seed), run.step, zlib.crc32(str(id[start]).encode()), start])
+        n = len(completions[start:start + g])
+        out.extend((rng.random(n) < mean).astype(float).tolist())
+    return out
+
+
+def overlong_penalty(length: int, max_length: int, cache: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", arXiv:2503.14476, eq. 13):
+    0 up to ``max_length - cache`` tokens, then a linear ramp to -1 at ``max_length`` (and -1
+    beyond, which generation capped at ``max_length`` never reaches)."""
+    free = max_length - cache
+    if length <= free:
+        return 0.0
+    if length <= max_length:
+        return (free - length) / cache
+    return -1.0

@@ -1,0 +1,235 @@
+"""One step of GRPO as TRL runs it, and where diffgrpo changes it: the prompt order (resumable
+per epoch), generation with the LoRA merged, dynamic sampling (DAPO's ``filter_groups``), and
+the completion budget. Every use of a private method of TRL 1.16 is here, each beside its
+guard (``BATCH_KEYS``; tests/test_train.py pins the methods' names and signatures)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import peft
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from peft.tuners.tuners_utils import BaseTunerLayer
+from trl.trainer.utils import RepeatSampler
+
+from .. import artifacts
+from .records import Recorder
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's sampler, reseeded from (seed, epoch) at each epoch. TRL's own draws every
+    epoch's permutation from one generator, which a resume in a later epoch restarts."""
+
+    def set_epoch(self, epoch: int) -> None:  # accelerate calls it before each epoch
+        if self.shuffle:
+            self.generator.manual_seed(int(self.seed or 0) * 1_000_003 + epoch)
+
+
+@contextlib.contextmanager
+def merged_lora(model):
+    """The LoRA adapter merged into its base layers for the duration (generation): each
+    projection is one matmul with W + s*B*A instead of PEFT's W x + s*B(A x), three matmuls
+    and a Python layer. Afterwards the base weights are restored from copies, bit for bit
+    (PEFT's own ``unmerge_adapter`` subtracts the delta again, which leaves rounding residue
+    that would accumulate over a run). Logits differ from the unmerged model's by float
+    rounding only (about 1e-7 relative); tests/test_train.py checks that sampled tokens agree."""
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if not layers or any(m.merged for m in layers):
+        yield model
+        return
+    saved = [m.get_base_layer().weight.detach().clone() for m in layers]
+    model.merge_adapter()
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for m, weight in zip(layers, saved):
+                m.get_base_layer().weight.copy_(weight)
+                m.merged_adapters = []
+
+
+#: what TRL 1.16's ``_generate_and_score_completions`` returns for a text-only batch: the
+#: tensors dynamic sampling cuts to the kept groups. Another key (a TRL upgrade, images, tools)
+#: stops training rather than letting a tensor slip through uncut.
+BATCH_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+              "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"}
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+#: per-step records of generation, always logged (steps.parquet)
+GENERATION_METRICS = ("groups_generated", "groups_kept", "dropped_all_correct", "dropped_all_wrong",
+                      "dropped_other", "generation_rounds", "completions_generated")
+
+
+def _pad_to(t: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
+    extra = width - t.size(1)
+    if extra <= 0:
+        return t
+    pad = t.new_full((t.size(0), extra), value)
+    return torch.cat([pad, t] if left else [t, pad], dim=1)
+
+
+def merge_batches(parts: list[tuple[dict, list[int]]], group_size: int, pad_token_id: int) -> dict:
+    """The groups ``parts`` keep, as one generated batch: ``[(batch, group indices), ...]``,
+    each batch as ``_generate_and_score_completions`` returned it. Sequences are re-padded to
+    the longest (prompts on the left, completions on the right) and ``num_items_in_batch``
+    recounted from the completion mask."""
+    unknown = sorted({k for batch, _ in parts for k in batch} - BATCH_KEYS)
+    if unknown:
+        raise RuntimeError(f"TRL's generated batch has keys {unknown} that dynamic sampling does not know how to cut "
+                           "(TRL changed, or images/tools are in use); see diffgrpo.train.BATCH_KEYS")
+    rows = []
+    for batch, groups in parts:
+        idx = torch.tensor([g * group_size + j for g in groups for j in range(group_size)], dtype=torch.long)
+        rows.append((batch, idx))
+    out = {}
+    for key in [k for k in parts[0][0] if k != "num_items_in_batch"]:
+        pieces = [batch[key][idx.to(batch[key].device)] for batch, idx in rows]
+        if pieces[0].dim() == 2:
+            width = max(p.size(1) for p in pieces)
+            value = pad_token_id if key.endswith("_ids") else 0
+            pieces = [_pad_to(p, width, value, key in LEFT_PADDED) for p in pieces]
+        out[key] = torch.cat(pieces, dim=0)
+    out["num_items_in_batch"] = out["completion_mask"].sum()
+    return out
+
+
+class Trainer(GRPOTrainer):
+    """GRPOTrainer with a resumable prompt order, our rows saved with each checkpoint, and
+    dynamic sampling (``dynamic_rounds``: generation rounds per update at most; None: off).
+
+    Dynamic sampling (DAPO's, verl's ``filter_groups``) hooks the one method of TRL 1.16 that
+    turns a batch of prompts into scored completions and advantages,
+    ``_generate_and_score_completions``: the groups whose rewards are all equal (zero
+    advantage) are dropped, and more prompts are generated until the update holds
+    ``prompts_per_step`` mixed groups or ``dynamic_rounds`` rounds ran; the update then trains
+    on what it holds (with no mixed group at all, every token is masked out of the loss). The
+    extra prompts of round r of step s are a draw seeded by (seed, s, r) from the prompts not yet
+    generated at that step, so a resumed run draws what an uninterrupted one did. Advantages are
+    computed per round (per group with ``scale_rewards: group``, so combining rounds changes none). One
+    process and one generation per update only (checked by :func:`train_run`).
+
+    With ``merge_for_generation`` (``train.merge_lora_for_generation``) transformers generates
+    with the LoRA merged into the base weights (:func:`merged_lora`).
+    """
+
+    def __init__(self, *args, recorder: Recorder, run_dir: Path, dynamic_rounds: int | None = None,
+                 merge_for_generation: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorder, self.run_dir, self.dynamic_rounds = recorder, run_dir, dynamic_rounds
+        self.merge_for_generation = merge_for_generation and isinstance(self.model, peft.PeftModel)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # TRL 1.16: the one place that calls model.generate (HF) or vLLM for a batch of prompts
+        if self.use_vllm or not self.merge_for_generation:
+            return super()._generate_single_turn(*args, **kwargs)
+        with merged_lora(self.model):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        g = self.num_generations
+        wanted = len(inputs) // g
+        self.recorder.round = 1
+        first = len(self.recorder.groups)
+        batch = super()._generate_and_score_completions(inputs)
+        counts = dict.fromkeys(GENERATION_METRICS, 0)
+        counts["generation_rounds"] = 1
+        if self.dynamic_rounds is None:  # every group enters the update, as TRL does (all processes')
+            n = self.accelerator.num_processes
+            counts.update(groups_generated=wanted * n, groups_kept=wanted * n, completions_generated=len(inputs) * n)
+            self._log_counts(counts)
+            return batch
+        seen = {x["id"] for x in inputs}
+        parts, kept = [], 0
+        while True:
+            rows = self.recorder.groups[first:]
+            self._count(counts, rows)
+            take = [i for i, row in enumerate(rows) if row["learnable"]][:wanted - kept]
+            for i, row in enumerate(rows):
+                row["kept"] = i in take
+            if take:
+                parts.append((batch, take))
+            kept += len(take)
+            if kept >= wanted or counts["generation_rounds"] >= self.dynamic_rounds:
+                break
+            counts["generation_rounds"] += 1
+            self.recorder.round = counts["generation_rounds"]
+            extra = self._draw_prompts(wanted, counts["generation_rounds"], seen)
+            seen.update(x["id"] for x in extra)
+            first = len(self.recorder.groups)
+            batch = super()._generate_and_score_completions([x for x in extra for _ in range(g)])
+        counts["groups_kept"] = kept
+        self._log_counts(counts)
+        if not parts:  # nothing learnable: an update whose loss has no token
+            return {**batch, "completion_mask": torch.zeros_like(batch["completion_mask"]),
+                    "advantages": torch.zeros_like(batch["advantages"]),
+                    "num_items_in_batch": batch["completion_mask"].sum() * 0}
+        return merge_batches(parts, g, self._tokenizer.pad_token_id)
+
+    def _draw_prompts(self, n: int, generation_round: int, seen: set) -> list[dict]:
+        """``n`` dataset rows for an extra round: seeded by (seed, step, round), drawn from the
+        prompts this step has not generated yet (all of them once every one has been)."""
+        ds = self.train_dataset
+        fresh = [i for i, pid in enumerate(ds["id"]) if pid not in seen] or list(range(len(ds)))
+        rng = np.random.default_rng([self.args.seed, self.recorder.step_offset + self.state.global_step + 1,
+                                     generation_round])
+        chosen = rng.choice(len(fresh), size=min(n, len(fresh)), replace=False)
+        return [ds[int(fresh[i])] for i in chosen]
+
+    @staticmethod
+    def _count(counts: dict, rows: list[dict]) -> None:
+        for row in rows:
+            counts["groups_generated"] += 1
+            counts["completions_generated"] += len(row["rewards"])
+            if not row["learnable"]:
+                scores = np.asarray(row["scores"])
+                key = ("dropped_all_correct" if (scores == 1).all() else
+                       "dropped_all_wrong" if (scores == 0).all() else "dropped_other")
+                counts[key] += 1
+
+    def _log_counts(self, counts: dict) -> None:
+        for name, value in counts.items():
+            self._metrics["train"][name].append(float(value))
+
+    def _get_train_sampler(self, dataset=None):
+        return EpochSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # rows first: a crash mid-save leaves rows past the checkpoint, which a resume drops
+        self.recorder.write(self.run_dir)
+        super()._save_checkpoint(model, trial)
+        ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        if ckpt.is_dir():  # safetensors writes the adapter 0600; every file follows the umask (README)
+            artifacts.follow_umask(ckpt)
+
+
+
+
+class Budget(TrainerCallback):
+    """Stops training (and saves) at the first step whose generated completions reach the
+    level's budget, counted from ``before`` (the completions of earlier levels)."""
+
+    def __init__(self, recorder: Recorder, budget: int | None, before: int):
+        self.recorder, self.budget, self.before = recorder, budget, before
+
+    def spent(self) -> bool:
+        return self.budget is not None and self.recorder.completions_generated() - self.before >= self.budget
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.spent():
+            control.should_training_stop = True
+            control.should_save = True
+
+

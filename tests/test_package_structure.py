@@ -1,0 +1,106 @@
+"""The package's shape (issue 16): no import cycle between its modules, counting imports inside
+functions too (so none is hidden by importing late), and one owner per concept."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import diffgrpo
+
+PACKAGE = Path(diffgrpo.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports, anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name and t != "diffgrpo":
+                out.add(t)
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (found := visit(m)):
+                return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (found := visit(n)):
+            return found
+    return None
+
+
+def package_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph = {n: imports(n, p, set(mods)) for n, p in mods.items()}
+    # a package's own submodules are not a cycle through it: `train.run` importing `train.levels`
+    # runs `train/__init__`, which imports `train.run` only after `train.run` started importing
+    for pkg in [n for n, p in mods.items() if p.name == "__init__.py"]:
+        for n in graph:
+            if n.startswith(pkg + "."):
+                graph[n].discard(pkg)
+    return graph
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(package_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    graph = package_graph()
+    assert "diffgrpo.params" in graph["diffgrpo.select"]  # the graph is the package's own
+
+
+def test_the_stage_modules_do_not_import_the_trainer():
+    """The probe, select, evaluate and analyze stages run without importing TRL: they read a
+    run through :mod:`diffgrpo.runs`, not :mod:`diffgrpo.train`."""
+    graph = package_graph()
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for m in graph[todo.pop()] - seen:
+                seen.add(m)
+                todo.append(m)
+        return seen
+
+    for stage in ("diffgrpo.probe", "diffgrpo.select", "diffgrpo.evaluate", "diffgrpo.analyze", "diffgrpo.params"):
+        assert not {m for m in reach(stage) if m.startswith("diffgrpo.train")}, stage

@@ -1,0 +1,123 @@
+"""Extension by one file, outside the repository too (issue 16): docs/examples/my_plugin.py,
+copied to a folder of its own, adds a selection policy, a reward and a task that a tiny study
+probes, selects and trains with; a name nobody registered says which are and where plugins go."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from diffgrpo import artifacts, layout, params, policies, probe, rewards, select, tasks, train
+from diffgrpo.params import ParamsError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_plugin.py"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def study_file(folder: Path, **extra) -> Path:
+    shutil.copy(EXAMPLE, folder / "my_plugin.py")
+    f = folder / "study.yaml"
+    f.write_text(yaml.safe_dump({
+        "include": "tiny", "study": "plugin_study", "plugins": ["my_plugin.py"],
+        "arms": [{"name": "solved", "select": "hard_but_solved", "reward": "partial_credit", "budget_count": 4}],
+        "train": {"max_steps": 2, "save_steps": 2}, **extra}))
+    return f
+
+
+def test_a_plugin_outside_the_repository_adds_a_policy_and_a_reward_a_tiny_study_trains_with(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "outputs"))
+    elsewhere = tmp_path / "my_research"
+    elsewhere.mkdir()
+    cfg = params.load(study_file(elsewhere))
+    assert cfg.plugins == [str((elsewhere / "my_plugin.py").resolve())]  # recorded absolute: notebooks find it
+    assert {"hard_but_solved"} <= set(policies.names()) and "partial_credit" in rewards.names()
+
+    probe.run_probe(cfg, progress=False)
+    select.run_select(cfg)
+    prompts = probe.read_prompts(cfg)
+    chosen = artifacts.read_parquet(layout.selection_file(cfg, "solved"), "02_select")
+    solved = prompts[prompts["p_hat"] > 0]
+    # the policy's definition: 4 prompts, each solved at least once, none easier than one left out
+    assert len(chosen) == 4 and (chosen["p_hat"] > 0).all() and set(chosen["id"]) <= set(solved["id"])
+    assert chosen["p_hat"].max() <= solved[~solved["id"].isin(chosen["id"])]["p_hat"].min()
+
+    run = train.train_run(cfg, "solved", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    got, scores = np.concatenate(groups["rewards"].to_list()), np.concatenate(groups["scores"].to_list())
+    assert len(groups) == 2 * cfg.train.prompts_per_step
+    assert set(np.unique(got)) <= {0.0, 0.2, 1.0}
+    assert ((got == 1.0) == (scores == 1.0)).all()  # full credit exactly when the verifier says right
+    # learnable % is that of the rewards trained on: partial credit can make a wrong-only group mixed
+    assert (groups["learnable"] == groups["rewards"].map(lambda r: max(r) > min(r))).all()
+    manifest = artifacts.read_json(run / "manifest.json")
+    assert manifest["select"] == "hard_but_solved" and manifest["reward"]["weights"] == {"partial_credit": 1.0}
+    assert manifest["key"]["reward"]["kind"] == "partial_credit"  # a run on another reward has another key
+    assert (run / "checkpoints" / "checkpoint-2").is_dir()
+
+    # the task it registers is known by name, like a packaged one
+    assert list(tasks.get("few_people_objects").people) == [3, 3]
+
+
+def test_a_name_registered_twice_from_two_places_is_refused(tmp_path):
+    params.load(study_file(tmp_path))
+    (tmp_path / "again.py").write_text("from diffgrpo import policies\n\n@policies.register('hard_but_solved')\n"
+                                       "def other(prompts, n, rng):\n    return prompts\n")
+    with pytest.raises(ParamsError, match=r"failed to import: ValueError: selection policy 'hard_but_solved' is "
+                                          r"registered twice"):
+        params.load_plugin(str(tmp_path / "again.py"), str(tmp_path / "study.yaml"))
+
+
+def test_an_edited_reward_gets_a_run_key_of_its_own(tmp_path):
+    rows = pd.DataFrame({"p_hat": [0.5]})
+    cfg = params.load(study_file(tmp_path))
+    first = rewards.get("partial_credit").run_key(rows, 0)
+    edited = tmp_path / "v2"
+    edited.mkdir()
+    shutil.copy(EXAMPLE, edited / "my_plugin.py")
+    text = (edited / "my_plugin.py").read_text().replace("0.2 if readable", "0.3 if readable")
+    for name in ("partial_credit", "hard_but_solved", "few_people_objects"):  # a second registration elsewhere is refused
+        text = text.replace(f'"{name}"', f'"{name}_v2"')
+    (edited / "my_plugin.py").write_text(text)
+    params.load_plugin(str(edited / "my_plugin.py"), str(edited / "study.yaml"))
+    assert rewards.get("partial_credit_v2").run_key(rows, 0)["source_sha256"] != first["source_sha256"]
+    assert cfg.arm("solved").is_control  # not the verifier's reward alone: drawn apart in reports
+
+
+@pytest.mark.parametrize("arm, message", [
+    ({"name": "x", "select": "nobody_registered_this"},
+     r"unknown selection policy 'nobody_registered_this'; registered: \[.*'hard_but_solved'.*\].*plugin file listed in `plugins:`"),
+    ({"name": "x", "select": "hard", "reward": "no_such_reward"},
+     r"unknown reward 'no_such_reward'; registered: \[.*'partial_credit'.*\].*plugins:"),
+    ({"name": "x", "select": "hard_but_solved", "options": {"min_p_hat": 0.1, "max_p_hat": 0.9}},
+     r"policy 'hard_but_solved' takes no option 'max_p_hat'"),
+])
+def test_an_unknown_name_says_which_are_registered_and_where_plugins_go(tmp_path, arm, message):
+    with pytest.raises(ParamsError, match=message):
+        params.load(study_file(tmp_path, arms=[arm]))
+
+
+def test_a_plugin_that_fails_to_import_or_is_missing_is_named(tmp_path):
+    (tmp_path / "broken.py").write_text("raise RuntimeError('half-written plugin')\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"include": "tiny", "plugins": ["broken.py"]}))
+    with pytest.raises(ParamsError, match=rf"{f}: plugin {tmp_path / 'broken.py'} failed to import: RuntimeError: half-written"):
+        params.load(f)
+    f.write_text(yaml.safe_dump({"include": "tiny", "plugins": ["nothere.py"]}))
+    with pytest.raises(ParamsError, match=r"plugin file 'nothere.py' not found"):
+        params.load(f)
+    f.write_text(yaml.safe_dump({"include": "tiny", "plugins": ["no_such_module_xyz"]}))
+    with pytest.raises(ParamsError, match=r"plugin module 'no_such_module_xyz' does not import"):
+        params.load(f)
