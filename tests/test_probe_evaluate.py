@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diffgrpo import evaluate, generation, layout, params, probe, sampling
+from diffgrpo import evaluate, layout, params, probe, sampling
 from diffgrpo.generation import Completion
 from diffgrpo.tasks import get
 

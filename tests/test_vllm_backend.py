@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from diffgrpo import data, params, sampling
+from diffgrpo import params, sampling
 from diffgrpo.embedded import default_path
 from diffgrpo.generation import Completion, encode_prompt
 

@@ -15,6 +15,7 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 
 from __future__ import annotations
 
+import shutil
 import time
 import warnings
 from pathlib import Path
