@@ -10,7 +10,7 @@ import pytest
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, params, policies, select, tasks, train
+from diffgrpo import data, devices, params, params_files, policies, select, tasks, train
 from diffgrpo.params import TEST_SET
 
 FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
@@ -20,7 +20,7 @@ def test_the_gpu_files_layer_on_the_one_gpu_base():
     gpu = [f for f in FILES if params.load(f).model.device == "cuda"]
     assert len(gpu) >= 10 and "gpu.yaml" in gpu
     for f in gpu:
-        chain = [p.name for p in params._with_includes(params.resolve(f), seen=set())]
+        chain = [p.name for p in params_files.with_includes(params.resolve(f), seen=set())]
         assert chain[0] == "gpu.yaml", f"{f} does not layer on gpu.yaml: {chain}"
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .registry import Registry
+
 
 class SelectionError(ValueError):
     pass
@@ -51,40 +53,20 @@ class Policy:
         return option in sig or any(p.kind is p.VAR_KEYWORD for p in sig.values())
 
 
-_POLICIES: dict[str, Policy] = {}
+_POLICIES: Registry[Policy] = Registry("selection policy", SelectionError)
 
 
 def register(name: str, *, budgeted: bool = False, per_seed: bool = False):
-    """Decorator: register ``fn`` as selection policy ``name`` (a second registration of one
-    name from another place is an error: two plugins would silently shadow each other)."""
+    """Decorator: register ``fn`` as selection policy ``name``."""
 
     def deco(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
-        origin = getattr(fn, "__module__", "?")
-        old = _POLICIES.get(name)
-        if old is not None and _source(old.fn) != _source(fn):  # the same code again (a reload, a copy): fine
-            raise ValueError(f"selection policy {name!r} is registered twice: by {old.origin} and by {origin}")
-        _POLICIES[name] = Policy(name, fn, budgeted, per_seed, origin)
+        _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?")), fn)
         return fn
 
     return deco
 
 
-def _source(fn) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return f"{fn.__module__}.{fn.__qualname__}"
-
-
-def get(name: str) -> Policy:
-    if name not in _POLICIES:
-        raise SelectionError(f"unknown selection policy {name!r}; registered: {names()}. Your own goes in a plugin "
-                             "file named by the params key `plugins:` (docs/extending.md)")
-    return _POLICIES[name]
-
-
-def names() -> list[str]:
-    return list(_POLICIES)
+get, names = _POLICIES.get, _POLICIES.names
 
 
 def lowest(prompts: pd.DataFrame, key, rng: np.random.Generator) -> pd.DataFrame:

@@ -28,7 +28,6 @@ is never taken for this one.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .registry import Registry, source
 
 #: the reward of every arm that names none: the task verifier's score
 VERIFIER = "verifier"
@@ -63,11 +64,11 @@ class Reward:
             return None  # the verifier adds nothing: 003's runs keep their keys
         if self.key:
             return self.key(rows, seed)
-        source = inspect.getsource(self.fn)  # the function's code, wherever its file lies
-        return {"kind": self.name, "source_sha256": hashlib.sha256(source.encode()).hexdigest()[:16]}
+        code = source(self.fn)  # the function's code, wherever its file lies
+        return {"kind": self.name, "source_sha256": hashlib.sha256(code.encode()).hexdigest()[:16]}
 
 
-_REWARDS: dict[str, Reward] = {}
+_REWARDS: Registry[Reward] = Registry("reward", KeyError)
 
 
 def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = None):
@@ -75,32 +76,13 @@ def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = Non
     its rewards besides the name (the control arm's mean and seed)."""
 
     def deco(fn):
-        origin = getattr(fn, "__module__", "?")
-        old = _REWARDS.get(name)
-        if old is not None and _source(old.fn) != _source(fn):  # the same code again (a reload, a copy): fine
-            raise ValueError(f"reward {name!r} is registered twice: by {old.origin} and by {origin}")
-        _REWARDS[name] = Reward(name, fn, key, origin)
+        _REWARDS.add(name, Reward(name, fn, key, getattr(fn, "__module__", "?")), fn)
         return fn
 
     return deco
 
 
-def _source(fn) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return f"{fn.__module__}.{fn.__qualname__}"
-
-
-def get(name: str) -> Reward:
-    if name not in _REWARDS:
-        raise KeyError(f"unknown reward {name!r}; registered: {names()}. Your own goes in a plugin file named by "
-                       "the params key `plugins:` (docs/extending.md)")
-    return _REWARDS[name]
-
-
-def names() -> list[str]:
-    return list(_REWARDS)
+get, names = _REWARDS.get, _REWARDS.names
 
 
 def text(completion: Any) -> str:

@@ -42,7 +42,7 @@ def write(study) -> dict:
         rid = layout.run_id(r["strategy"], r["seed"])
         manifest = read_json(layout.runs_dir(root) / rid / "manifest.json")
         groups = read_parquet(layout.runs_dir(root) / rid / "groups.parquet", "03_train")
-        kept = groups[groups["kept"]] if "kept" in groups else groups
+        kept = groups[groups["kept"]]
         evals = read_parquet(layout.eval_dir(cfg, rid) / "summary.parquet", "04_evaluate").set_index("step")[study.metric]
         levels = [{**lv, "acc_at_end": _round(evals.get(lv["last_step"], np.nan))} for lv in manifest.get("levels") or []]
         arms[rid] = {
