@@ -80,7 +80,9 @@ def probe_key(cfg: Config) -> dict[str, Any]:
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
-        "max_completions": lambda v: v is None}
+        "max_completions": lambda v: v is None,
+        # how TRL's colocated vLLM holds its memory: never a result, so never part of a run's key
+        "vllm_max_model_length": lambda v: True, "vllm_enable_sleep_mode": lambda v: True}
 
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,

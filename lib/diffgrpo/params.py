@@ -171,6 +171,10 @@ class TrainConfig:
     vllm_mode: Literal["colocate", "server"] = _f("colocate", doc="TRL's vllm_mode")
     vllm_gpu_memory_utilization: float = _f(0.3, lo=0.0, hi=1.0, doc="colocate: GPU memory share of vLLM")
     vllm_tensor_parallel_size: int = _f(1, lo=1, doc="colocate: GPUs per vLLM engine")
+    vllm_max_model_length: int | None = _f(None, lo=1, doc="colocate: vLLM's context (TRL's vllm_max_model_length); "
+                                           "prompt + completion tokens (null: the model's, 131,072 for Llama-3.1)")
+    vllm_enable_sleep_mode: bool = _f(False, doc="colocate: vLLM frees its weights and KV cache while the trainer "
+                                      "steps (TRL's vllm_enable_sleep_mode)")
     dynamic_sampling: DynamicSamplingParams = _f(factory=DynamicSamplingParams)
     length_reward: LengthRewardParams = _f(factory=LengthRewardParams)
     max_completions: int | None = _f(None, lo=1, doc="a budget of generated completions: the run stops at the "
@@ -281,6 +285,8 @@ class Config:
     seed: int = _f(0, lo=0)
     workers: int = _f(1, lo=1, doc="training / evaluation runs at once, each in its own process "
                       "(a CPU: up to one per core with model.torch_threads 1; one GPU: 1)")
+    gpu: str = _f("h100-80gb", doc="the GPU a cuda study is planned for (diffgrpo.plan.GPUS: memory, bandwidth, "
+                  "FLOPS); `--plan` sizes every job against it and a study that does not fit is refused")
     model: ModelConfig = _f(factory=ModelConfig)
     dataset: DatasetConfig = _f(factory=DatasetConfig)
     probe: ProbeConfig = _f(factory=ProbeConfig)

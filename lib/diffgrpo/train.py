@@ -239,6 +239,8 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
         vllm_mode=t.vllm_mode,
         vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
         vllm_tensor_parallel_size=t.vllm_tensor_parallel_size,
+        vllm_max_model_length=t.vllm_max_model_length,
+        vllm_enable_sleep_mode=t.vllm_enable_sleep_mode,
         dataloader_num_workers=0,
     )
 
