@@ -20,7 +20,8 @@ Memory of one training pass (TRL 1.16 GRPO + PEFT LoRA; the terms are :class:`Tr
   16 bytes a parameter with its gradient and AdamW's two moments;
 - saved activations per token and layer (:meth:`ModelShape.layer_activation_bytes`): without
   gradient checkpointing every layer's; with it, each layer's input (hidden x dtype) plus one
-  layer's activations recomputed in the backward;
+  layer's activations recomputed in the backward; either way one layer's worth more for the
+  gradients of the layer whose backward runs, and two residual-stream gradients;
 - logits: TRL 1.16 never holds tokens x vocab: its fused LM head
   (``trl.trainer.utils.add_fused_lm_head``, ``trl/kernels/chunked_logprob.py``) projects tiles
   of 4,096 tokens x 32,768 vocabulary entries and keeps the scored hidden states plus a float32
@@ -386,8 +387,9 @@ def train_memory(cfg: Config, shape: ModelShape, w: TrainWork, gpu: GPU, prompt:
     per_layer = shape.layer_activation_bytes(act, t.lora.r)
     stream = 2 * tokens * shape.hidden * act  # the residual stream's gradient in the backward
     final_norm = tokens * shape.hidden * 4
-    no_ckpt = tokens * shape.layers * per_layer + stream + final_norm
-    ckpt = tokens * (shape.layers * shape.hidden * act + per_layer) + stream + final_norm
+    backward = tokens * per_layer  # the gradients of one layer's activations while its backward runs
+    no_ckpt = tokens * shape.layers * per_layer + backward + stream + final_norm
+    ckpt = tokens * (shape.layers * shape.hidden * act + per_layer) + backward + stream + final_norm
     acts = ckpt if t.gradient_checkpointing else no_ckpt
     tile = min(scored, LM_HEAD_TILE[0]) * min(shape.vocab, LM_HEAD_TILE[1]) * act
     logits = scored * shape.hidden * (act + 4) + 2 * tile
