@@ -629,6 +629,10 @@ def problems(cfg: Config, df) -> list[str]:
                        + (" or train.merge_lora_for_generation (false)" if t.merge_lora_for_generation else ""))
                 out.append(f"{job}, generation during training: {r['generation_gib']:.1f} GiB > {usable:.1f} GiB "
                            f"usable of {gpu.name}; change {key}")
+            longest = max(w.completion for w in train_work(cfg, r["arm"]))
+            if t.use_vllm and t.vllm_max_model_length is not None and t.vllm_max_model_length <= longest:
+                out.append(f"{job}, colocated vLLM context: train.vllm_max_model_length = {t.vllm_max_model_length} "
+                           f"holds no prompt before a {longest}-token completion; set it to prompt + completion tokens")
             if t.use_vllm and t.vllm_mode == "colocate" and r["vllm_kv_need_gib"] > r["vllm_share_gib"]:
                 out.append(f"{job}, colocated vLLM start: its weights and one sequence of "
                            f"{t.vllm_max_model_length or 'the model' + chr(39) + 's full'} context need "
@@ -700,8 +704,8 @@ def render(cfg: Config, df) -> str:
                             "logits_gib", "logits_naive_gib", "vllm_gib", "merged_gib", "kv_gib", "train_pass_gib",
                             "generation_gib", "vllm_kv_need_gib", "vllm_share_gib") if c in df]
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 40):
-        work = df[work_cols].fillna("").to_string(index=False)
-        mem = df[df["pass"] != "-"][mem_cols].fillna("").to_string(index=False)
+        work = df[work_cols].astype(object).fillna("").to_string(index=False)
+        mem = df[df["pass"] != "-"][mem_cols].astype(object).fillna("").to_string(index=False)
     total = (f"whole study on one GPU, one job at a time: {df['hours_low'].sum():.1f}-{df['hours_high'].sum():.1f} h "
              f"(by stage: " + ", ".join(f"{s} {g['hours_low'].sum():.1f}-{g['hours_high'].sum():.1f} h"
                                         for s, g in df.groupby("stage", sort=False)) + ")")
