@@ -86,7 +86,8 @@ _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda 
 #: TRL options (``train.trl``) that change where a run logs, not what it learns; every other
 #: one enters the key, beside the train.* keys
 TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "trackio_space_id", "disable_tqdm",
-                      "log_completions", "num_completions_to_print", "vllm_enable_sleep_mode", "dataloader_num_workers")
+                      "log_completions", "num_completions_to_print", "vllm_enable_sleep_mode", "vllm_max_model_length",
+                      "dataloader_num_workers")
 
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,

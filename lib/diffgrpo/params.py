@@ -251,6 +251,7 @@ class Config(_Section):
     description: str
     seed: NonNegInt
     workers: PosInt = Field(description="training / evaluation runs at once, each in its own process")
+    gpu: str = Field(description="the GPU a cuda study is planned for (diffgrpo.plan.GPUS); --plan checks it fits")
     plugins: list[str] = Field(description="Python files or modules registering policies and rewards")
     model: ModelConfig
     dataset: DatasetConfig

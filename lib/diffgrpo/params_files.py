@@ -191,6 +191,11 @@ def expand(flat: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+#: free-form mappings whose keys layer one by one (a study file adds to gpu.yaml's TRL options);
+#: any other free-form mapping (a task's options) is replaced whole by the layer that sets it
+LAYERED_MAPPINGS = ("train.trl",)
+
+
 def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: type[BaseModel],
           prefix: str = "") -> dict:
     """Deep-merge ``layer`` onto ``base`` after checking its keys against ``schema`` (the
@@ -210,7 +215,8 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
         if key == "include" and not prefix:
             continue
         dotted = f"{prefix}{key}"
-        if section_at(schema, dotted + ".") is not None and isinstance(value, dict) and isinstance(out.get(key), dict):
+        layered = section_at(schema, dotted + ".") is not None or dotted in LAYERED_MAPPINGS
+        if layered and isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value, origin, where, schema, dotted + ".")
         else:
             out[key] = value

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-from . import artifacts, data, layout, params, select
+from . import artifacts, data, layout, params, plan, select
 from .fanout import Executor, LocalExecutor, NotebookJob
 from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")
     ap.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     ap.add_argument("--kernel", default="diffgrpo", help="Jupyter kernel to run the notebooks in")
+    ap.add_argument("--plan", action="store_true", help="print what each job costs (tokens, memory of its largest "
+                    "pass, hours on params key `gpu`) without loading weights, and exit (diffgrpo.plan)")
     ap.add_argument("--project", metavar="DIR", help="the checkout whose notebooks/, params/ and outputs/ to use "
                     "(default: the one the command runs in; also DIFFGRPO_PROJECT)")
     args = ap.parse_args(argv)
@@ -64,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[artifacts.OUTPUTS_ENV] = str(Path(os.environ[artifacts.OUTPUTS_ENV]).resolve())
     overrides = params.parse_overrides(args.overrides)
     cfg = params.load(args.params_file, overrides=overrides)  # fail before any work
+    table = plan.plan(cfg, jobs(cfg, {"params_file": args.params_file, "overrides": overrides}, args.stages)) \
+        if args.plan or cfg.model.device == "cuda" else None
+    if args.plan:  # offline: no model, no data, no outputs folder
+        print(plan.render(cfg, table), flush=True)
+        plan.check(cfg, table)
+        return 0
+    plan.check(cfg, table)  # a cuda study that does not fit its GPU stops here, before any notebook
     artifacts.check_outputs_root()
     nb_params = notebook_parameters(args.params_file, overrides, cfg)
     cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])

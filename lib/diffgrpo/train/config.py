@@ -28,7 +28,7 @@ from trl import GRPOConfig
 
 from .. import devices
 from ..params import DERIVED_GRPO_OPTIONS, Config
-from .levels import Level, run_levels
+from ..curriculum import Level, run_levels
 
 
 def checkpointing_argument() -> str:

@@ -31,10 +31,10 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
 from .. import artifacts, data, devices, layout, params, rewards, runs, select
+from .. import curriculum as eprli
 from ..generation import check_fit, context_length, encode_prompt
 from ..models import quiet_renamed_arguments
 from ..params import Config
-from . import levels as eprli
 from .config import grpo_kwargs, lora_config
 from .records import Progress, Recorder, Tidy
 from .trainer import Budget, Trainer

@@ -9,8 +9,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from .. import artifacts, devices, layout
-from ..params import Config
+from . import artifacts, devices, layout
+from .params import Config
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""The plan (diffgrpo.plan): its arithmetic against sizes worked out by hand, `--plan` offline
+for every params file, every GPU study fitting one 80 GB H100 on the vLLM path, and an
+oversized setting refused with the named error before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffgrpo import params, plan, study
+
+FILES = sorted(p.stem for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
+GPU_FILES = [f for f in FILES if params.load(f).model.device == "cuda"]
+GIB = 2 ** 30
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_the_embedded_model_is_sized_by_hand():
+    cfg = params.load("embedded")
+    s = plan.model_shape(cfg)
+    # config.json: vocab 342, hidden 128, 4 layers, 4 heads of 32, 4 KV heads, MLP 384, tied, Qwen2 (q/k/v bias)
+    h, layers, i, v = 128, 4, 384, 342
+    per_layer = (h * h + h * h + h * h + h * h  # q, k, v, o (4 heads x 32 = 128 wide, as many KV heads)
+                 + 3 * h * i  # gate, up, down
+                 + 3 * h  # q, k, v biases
+                 + 2 * h)  # two RMSNorm weights
+    assert s.params == v * h + layers * per_layer + h == 898_432  # tied embedding, final norm
+    # LoRA r 16 on all seven projections: r x (in + out) each
+    assert s.lora_params(16, list(cfg.train.lora.target_modules)) == layers * 16 * (4 * (h + h) + 2 * (h + i) + (i + h))
+    assert s.kv_bytes_per_token(4) == 2 * layers * h * 4  # K and V, every layer, float32
+    # saved float32 activations a token a layer: 16h + 8q + 8kv + 16I + 7 LoRA intermediates of r floats
+    assert s.layer_activation_bytes(4, 16) == 16 * h + 8 * h + 8 * h + 16 * i + 7 * 4 * 16 == 10_688
+
+
+def test_a_training_pass_of_the_embedded_model_adds_up():
+    cfg = params.load("embedded", overrides={"train.lora.r": 16, "train.gradient_checkpointing": True})
+    s = plan.model_shape(cfg)
+    w = plan.TrainWork("-", 1, 8, 8, 48, 8, 1, 1, None)  # 8 prompts x 8 completions of 48 tokens, one pass
+    m = plan.train_memory(cfg, s, w, plan.GPUS["h100-80gb"], prompt=64)
+    tokens = 64 * (64 + 48)
+    h, layers = 128, 4
+    per_layer = 10_688
+    ckpt = tokens * (layers * h * 4 + per_layer) + tokens * per_layer + 2 * tokens * h * 4 + tokens * h * 4
+    assert m.activations_ckpt_gib == round(ckpt / GIB, 2)
+    assert m.weights_gib == round(898_432 * 4 / GIB, 2)
+    assert m.lora_gib == round(4 * 16 * 2560 * 16 / GIB, 2)  # r x (in + out) summed = 16 x 2560 a layer; 16 B each
+    # HF generation of the 64 completions: KV of 112 tokens each, float32, plus the merged copies of the targets
+    assert m.kv_gib == round(64 * 112 * 2 * 4 * 128 * 4 / GIB, 2)
+    assert m.merged_gib == round(4 * (4 * h * h + 3 * h * 384) * 4 / GIB, 2)
+
+
+def test_a_shipped_config_is_sized_by_hand():
+    """Llama-3.1-8B-Instruct from lib/diffgrpo/assets/model_configs (no hub): 8.03B parameters."""
+    cfg = params.load("paper003_table3_llama3_8b")
+    s = plan.model_shape(cfg)
+    assert "shipped copy" in s.source
+    h, layers, i, v, kv = 4096, 32, 14336, 128256, 8 * 128
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i + 2 * h  # q and o, k and v (8 KV heads of 128), MLP, norms
+    assert s.params == 2 * v * h + layers * per_layer + h == 8_030_261_248  # untied embedding and LM head
+    assert s.kv_bytes_per_token(2) == 2 * layers * kv * 2 == 131_072  # 128 KiB a token in bf16
+    # a 131,072-token context (the model's, when vllm_max_model_length is null) needs 16 GiB of KV cache,
+    # which with 15 GiB of weights does not fit a 0.3 share of an 80 GB GPU
+    assert 131_072 * s.kv_bytes_per_token(2) / GIB == 16.0
+    # bf16 under autocast: 18h + 6q + 4kv + 8I + 7 x 4r a token a layer
+    assert s.layer_activation_bytes(2, 32) == 18 * h + 6 * h + 4 * kv + 8 * i + 7 * 4 * 32
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_plan_prints_offline_for_every_params_file(name, capsys):
+    assert study.main([name, "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"plan of study {params.load(name).study!r}")
+    assert "03_train" in out and "04_evaluate base" in out and "whole study on one GPU" in out
+
+
+@pytest.mark.parametrize("name", GPU_FILES)
+def test_every_gpu_study_fits_one_h100_on_the_vllm_path(name):
+    cfg = params.load(name)
+    assert cfg.gpu == "h100-80gb" and plan.GPUS[cfg.gpu].memory_gib < 80
+    assert cfg.generation.backend == "vllm" and cfg.train.use_vllm and cfg.train.trl["vllm_enable_sleep_mode"]
+    table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))
+    assert plan.problems(cfg, table) == []
+    usable = plan.USABLE * plan.GPUS["h100-80gb"].memory_gib
+    train = table[table["pass"] == "train"]
+    assert (train["train_pass_gib"] <= usable).all() and (train["generation_gib"] <= usable).all()
+    assert (train["vllm_kv_need_gib"] <= train["vllm_share_gib"]).all()  # colocated vLLM can start
+    gen = table[table["pass"] == "generation"]
+    assert (gen["vllm_kv_need_gib"] <= gen["vllm_share_gib"]).all()
+
+
+OVERSIZED = ["paper003_table3_llama3_8b", "--set", "train.per_device_prompts=null",
+             "--set", "train.max_completion_length=8192"]
+
+
+def test_an_oversized_setting_is_refused_with_the_named_error(capsys):
+    with pytest.raises(plan.PlanDoesNotFit) as err:
+        study.main(OVERSIZED + ["--plan"])
+    why = str(err.value)
+    assert "03_train hard-seed0" in why and "training pass" in why and "GiB >" in why
+    assert "train.per_device_prompts" in why and "NVIDIA H100" in why
+    assert "plan of study" in capsys.readouterr().out  # the table is printed first
+
+
+def test_a_study_that_does_not_fit_stops_before_any_notebook(monkeypatch):
+    started = []
+    monkeypatch.setattr(study, "run_study", lambda *a, **k: started.append(a) or 0)
+    with pytest.raises(plan.PlanDoesNotFit):
+        study.main(OVERSIZED)
+    assert not started
+    assert study.cli(OVERSIZED) == 2  # one `error:` line, no traceback
+
+
+def test_a_colocated_vllm_without_a_max_model_length_is_refused_for_llama():
+    cfg = params.load("paper003_table3_llama3_8b", overrides={"train.trl.vllm_max_model_length": None})
+    why = plan.problems(cfg, plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}})))
+    assert why and "colocated vLLM start" in why[0] and "train.trl.vllm_max_model_length" in why[0]
+
+
+def test_a_model_without_a_config_is_named():
+    cfg = params.load("paper003_gsm8k_qwen3_4b", overrides={"model.path": "someone/unknown-model"})
+    with pytest.raises(plan.PlanError, match="model.path: 'someone/unknown-model'"):
+        plan.model_shape(cfg)
+    with pytest.raises(plan.PlanError, match="gpu: 'b200'"):
+        plan.gpu_of(params.load("embedded", overrides={"gpu": "b200"}))
+
+
+def test_vllm_lora_rank_is_the_smallest_allowed_at_or_above_the_arms():
+    assert plan.vllm_lora_rank(params.load("tiny")) == 8  # r 4 is not a rank vLLM accepts
+    assert plan.vllm_lora_rank(params.load("paper003_gsm8k_qwen3_4b")) == 32
