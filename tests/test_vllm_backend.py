@@ -93,7 +93,7 @@ def test_engine_arguments_are_engine_args_fields():
     kw = engine_kwargs(cfg_vllm(**{"generation.vllm_max_model_len": 128}))
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     assert set(kw) - {"model"} <= fields | set(inspect.signature(vllm.LLM.__init__).parameters)
-    assert kw["enable_lora"] and kw["max_lora_rank"] == 4 and kw["model"] == str(default_path())
+    assert kw["enable_lora"] and kw["max_lora_rank"] == 8 and kw["model"] == str(default_path())
     args = vllm.EngineArgs(**kw)
     model_config = args.create_model_config()
     assert model_config.max_model_len == 128 and model_config.hf_config.model_type == "qwen2"

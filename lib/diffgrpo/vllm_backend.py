@@ -14,8 +14,9 @@ batches (``sampling.batch_size`` is not used).
 
 One engine is built per process and model (:func:`engine`) and shared by the base model and
 every checkpoint: a checkpoint's LoRA adapter is applied per request (``LoRARequest``), never
-merged, so evaluating ten checkpoints loads the base weights once. ``max_lora_rank`` is
-``train.lora.r``. vLLM is imported only here, and only when a generator is built.
+merged, so evaluating ten checkpoints loads the base weights once. ``max_lora_rank`` is the
+smallest rank vLLM allows at or above every arm's ``train.lora.r`` (:func:`plan.vllm_lora_rank`;
+tiny.yaml's r 4 is served as 8). vLLM is imported only here, and only when a generator is built.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import functools
 from pathlib import Path
 
 from .data import model_path
+from .plan import vllm_lora_rank
 from .generation import Completion, check_fit, encode_prompt
 from .params import Config
 
@@ -55,7 +57,7 @@ def engine_kwargs(cfg: Config) -> dict:
         tensor_parallel_size=g.vllm_tensor_parallel_size,
         max_model_len=g.vllm_max_model_len,
         enable_lora=True,
-        max_lora_rank=cfg.train.lora.r,
+        max_lora_rank=vllm_lora_rank(cfg),  # vLLM takes 1, 8, 16, 32, ...: the smallest at or above every arm's r
         max_loras=1,
     )
 
