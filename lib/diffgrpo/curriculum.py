@@ -67,7 +67,7 @@ def copy_adapters(level_ckpts: Path, ckpt_dir: Path, offset: int) -> None:
     """A level's adapters, renumbered by the run's step, into the run's checkpoints/ (what the
     evaluate stage scores); the trainer state stays in the level's folder."""
     for step, path in layout.list_checkpoints(level_ckpts).items():
-        target = ckpt_dir / f"checkpoint-{offset + step}"
+        target = layout.checkpoint(ckpt_dir, offset + step)
         if target.exists():
             continue
         tmp = target.with_name(target.name + ".tmp")

@@ -203,6 +203,11 @@ STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
+def checkpoint(ckpt_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint of ``step`` (HF's name, ``checkpoint-<step>``)."""
+    return ckpt_dir / f"checkpoint-{step}"
+
+
 def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
     """Checkpoint folders by step, in order; ``complete``: only those HF finished writing. The
     one listing of checkpoints (training resumes from them, evaluation scores them)."""

@@ -16,7 +16,7 @@ from trl import GRPOTrainer
 from peft.tuners.tuners_utils import BaseTunerLayer
 from trl.trainer.utils import RepeatSampler
 
-from .. import artifacts
+from .. import artifacts, layout
 from .records import Recorder
 
 
@@ -210,7 +210,7 @@ class Trainer(GRPOTrainer):
         # rows first: a crash mid-save leaves rows past the checkpoint, which a resume drops
         self.recorder.write(self.run_dir)
         super()._save_checkpoint(model, trial)
-        ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        ckpt = layout.checkpoint(Path(self.args.output_dir), self.state.global_step)
         if ckpt.is_dir():  # safetensors writes the adapter 0600; every file follows the umask (README)
             artifacts.follow_umask(ckpt)
 
