@@ -9,7 +9,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from . import artifacts, devices, layout
+from . import devices, layout
 from .params import Config
 
 
@@ -74,15 +74,3 @@ def copy_adapters(level_ckpts: Path, ckpt_dir: Path, offset: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(path, tmp, ignore=shutil.ignore_patterns(layout.OPTIMIZER_FILE, "scheduler.pt", "rng_state.pth"))
         tmp.rename(target)
-
-
-def damaged_level_record(run_dir: Path) -> str | None:
-    """What is wrong with the first unreadable ``levels/*/level.json`` of a run, or None."""
-    for path in sorted(run_dir.glob("levels/*/level.json")):
-        try:
-            artifacts.read_json(path, "03_train")
-        except artifacts.ArtifactError as err:
-            return str(err)
-    return None
-
-

@@ -6,6 +6,7 @@ Light on purpose (no torch): the evaluate and analyze stages read runs too."""
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,66 @@ def check_nothing_lost(run_dir: Path, saved: set[int], manifest_path: Path) -> N
                                       "trains the run anew")
 
 
+def previous(run_dir: Path, key: dict, max_steps: int, is_main: bool) -> tuple[dict | None, bool]:
+    """What a run folder holds for a training of ``key``: (its manifest, finished?) when it can
+    be resumed or kept, (None, False) when the run trains anew. What cannot be trusted (a
+    damaged manifest or level record, checkpoints without a manifest, other settings, files
+    damaged since the run finished) is set aside, never deleted, by the main process."""
+    manifest_path = run_dir / "manifest.json"
+    try:
+        manifest = artifacts.read_manifest(manifest_path, "03_train")
+        if manifest is not None and not {"key", "status", "steps_done"} <= set(manifest):
+            raise artifacts.ArtifactError(f"{manifest_path}: damaged, not a run manifest")
+    except artifacts.ArtifactError as err:  # its records cannot be trusted: set aside, trained anew
+        if is_main:
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: {err}; kept the run as {kept.name} and training this one anew",
+                          stacklevel=2)
+        manifest = None
+    if manifest is not None and manifest["key"] == key and damaged_level_record(run_dir):
+        # an interrupted EPRLI run whose record of a finished level is damaged: the rows of the
+        # levels after it cannot be put back in order without it, so the run trains anew
+        if is_main:
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: {damaged_level_record(kept)}; kept the run as {kept.name} and training "
+                          "this one anew", stacklevel=2)
+        manifest = None
+    if manifest is None and run_dir.exists() and layout.list_checkpoints(run_dir / layout.CHECKPOINTS, complete=False):
+        # a run writes its manifest before its first step: checkpoints without one are the rest of a
+        # folder that lost files (deleted while it trained); its history cannot be trusted
+        if is_main:
+            kept = artifacts.set_aside(run_dir, "damaged")
+            warnings.warn(f"{run_dir.name}: checkpoints without a manifest (the folder lost files); kept it as "
+                          f"{kept.name} and training this one anew", stacklevel=2)
+    if manifest is not None and manifest["key"] != key:
+        if is_main:  # under a launcher, the one process that moves files
+            kept = set_aside(run_dir, manifest["key"])
+            warnings.warn(f"{run_dir.name}: the run there was trained with other settings "
+                          f"({', '.join(changed(manifest['key'], key))} differ); kept it as {kept.name} and "
+                          "training this one anew", stacklevel=2)
+        manifest = None
+    if manifest is not None:
+        if manifest["steps_done"] > max_steps:
+            raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
+                             f"{max_steps}; raise train.max_steps, or delete that folder to retrain it")
+        if finished(manifest, max_steps):
+            bad = run_damaged(run_dir, manifest)  # every process sees the same files
+            if not bad:
+                return manifest, True
+            if is_main:
+                kept = set_aside(run_dir, manifest["key"])
+                warnings.warn(f"{run_dir.name}: {bad} damaged since the run finished (its records cannot be "
+                              f"rebuilt without training); kept it as {kept.name} and training this one anew",
+                              stacklevel=2)
+            manifest = None
+    return manifest, False
+
+
+def damaged_level_record(run_dir: Path) -> str | None:
+    """What is wrong with the first unreadable ``levels/*/level.json`` of a run, or None."""
+    for path in sorted(run_dir.glob("levels/*/level.json")):
+        try:
+            artifacts.read_json(path, "03_train")
+        except artifacts.ArtifactError as err:
+            return str(err)
+    return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -118,52 +117,9 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
-    try:
-        manifest = artifacts.read_manifest(manifest_path, "03_train")
-        if manifest is not None and not {"key", "status", "steps_done"} <= set(manifest):
-            raise artifacts.ArtifactError(f"{manifest_path}: damaged, not a run manifest")
-    except artifacts.ArtifactError as err:  # its records cannot be trusted: set aside, trained anew
-        if devices.is_main_process():
-            kept = artifacts.set_aside(run_dir, "damaged")
-            warnings.warn(f"{run_dir.name}: {err}; kept the run as {kept.name} and training this one anew",
-                          stacklevel=2)
-        manifest = None
-    if manifest is not None and manifest["key"] == key and eprli.damaged_level_record(run_dir):
-        # an interrupted EPRLI run whose record of a finished level is damaged: the rows of the
-        # levels after it cannot be put back in order without it, so the run trains anew
-        if devices.is_main_process():
-            kept = artifacts.set_aside(run_dir, "damaged")
-            warnings.warn(f"{run_dir.name}: {eprli.damaged_level_record(kept)}; kept the run as {kept.name} and training "
-                          "this one anew", stacklevel=2)
-        manifest = None
-    if manifest is None and run_dir.exists() and layout.list_checkpoints(ckpt_dir, complete=False):
-        # a run writes its manifest before its first step: checkpoints without one are the rest of a
-        # folder that lost files (deleted while it trained); its history cannot be trusted
-        if devices.is_main_process():
-            kept = artifacts.set_aside(run_dir, "damaged")
-            warnings.warn(f"{run_dir.name}: checkpoints without a manifest (the folder lost files); kept it as "
-                          f"{kept.name} and training this one anew", stacklevel=2)
-    if manifest is not None and manifest["key"] != key:
-        if devices.is_main_process():  # under a launcher, the one process that moves files
-            kept = runs.set_aside(run_dir, manifest["key"])
-            warnings.warn(f"{run_dir.name}: the run there was trained with other settings "
-                          f"({', '.join(runs.changed(manifest['key'], key))} differ); kept it as {kept.name} and "
-                          "training this one anew", stacklevel=2)
-        manifest = None
-    if manifest is not None:
-        if manifest["steps_done"] > cfg.train.max_steps:
-            raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
-                             f"{cfg.train.max_steps}; raise train.max_steps, or delete that folder to retrain it")
-        if runs.finished(manifest, cfg.train.max_steps):
-            bad = runs.run_damaged(run_dir, manifest)  # every process sees the same files
-            if not bad:
-                return run_dir
-            if devices.is_main_process():
-                kept = runs.set_aside(run_dir, manifest["key"])
-                warnings.warn(f"{run_dir.name}: {bad} damaged since the run finished (its records cannot be "
-                              f"rebuilt without training); kept it as {kept.name} and training this one anew",
-                              stacklevel=2)
-            manifest = None
+    manifest, done = runs.previous(run_dir, key, cfg.train.max_steps, devices.is_main_process())
+    if done:
+        return run_dir
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
