@@ -5,11 +5,12 @@
       select/<arm>.parquet      selections (prompt ids, p_hat, policy, seed) + summary.csv;
                                 a per-seed policy (random) has select/<arm>-seed<seed>.parquet
       runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
-                                checkpoints/checkpoint-<step>/ (LoRA adapters)
+                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
                                 on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
       report/                   tables (CSV + markdown), figures (PNG), summary.json
-      notebooks/                executed notebooks
+      notebooks/                executed notebooks (and each one's log, <name>.log)
+      slurm/                    the Slurm executor's job records (jobs.json, submitit's files)
 
 ``run_id`` is ``<arm>-seed<seed>`` (an arm named after its policy, as 003's four are, keeps
 the run ids of the strategies it replaced). Paths inside manifests are relative to the study folder.
@@ -85,14 +86,15 @@ _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda 
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,
             levels: list[dict] | None = None) -> dict[str, Any]:
-    """What decides a training run's result, bar ``max_steps`` (a finished run may be extended):
+    """What decides a training run's result, bar ``max_steps`` (a finished run may be extended)
+    and ``report_to`` (where the metrics are also sent changes no number):
     a resume must match it, and an evaluation of the run's adapters carries it. ``cfg`` is the
     arm's (:meth:`Config.for_arm`), so an arm's own training settings are in ``train``; what its
     policy decides is in the selection's ids and, for the control arm, in ``reward`` (the
     verifier's reward adds nothing, so the runs of 003's four arms keep their keys); ``levels``:
     the run's effective levels (paper 002's policies, :func:`diffgrpo.train.run_levels`)."""
     train = {k: v for k, v in dataclasses.asdict(cfg.train).items()
-             if k not in ("max_steps", "seeds") and not (k in _OFF and _OFF[k](v))}
+             if k not in ("max_steps", "seeds", "report_to") and not (k in _OFF and _OFF[k](v))}
     return artifacts.jsonable({
         "model": model_identity(cfg),
         "rows": rows_identity(cfg, "pool"),
@@ -173,6 +175,18 @@ def eval_dir(cfg: Config, rid: str, eval_set: str = TEST_SET) -> Path:
     """``eval/<run_id>/`` on the held-out test set; ``eval-<set>/<run_id>/`` on another set."""
     return artifacts.inside_outputs(study_dir(cfg) / ("eval" if eval_set == TEST_SET else f"eval-{eval_set}") / rid,
                                     "evaluation set")
+
+
+def tensorboard_dir(run: Path) -> Path:
+    """A run's TensorBoard event files (``train.report_to: tensorboard``), so that
+    ``tensorboard --logdir outputs/<study>/runs`` shows every run's curves side by side."""
+    return run / "tensorboard"
+
+
+def slurm_dir(cfg: Config) -> Path:
+    """The Slurm executor's records of a study: submitit's files (``<job id>_*``) and
+    ``jobs.json``, the job id of each notebook job last submitted (docs/cluster.md)."""
+    return study_dir(cfg) / "slurm"
 
 
 def report_dir(cfg: Config) -> Path:

@@ -159,6 +159,9 @@ class TrainConfig:
     top_p: float = _f(1.0, lo=0.0, hi=1.0)
     save_steps: int = _f(100, lo=1, doc="adapter checkpoint every N steps (and at the end)")
     logging_steps: int = _f(1, lo=1)
+    report_to: Literal["tensorboard", "trackio", "wandb", "mlflow", "none"] = _f(
+        "tensorboard", doc="TRL's report_to: where each step's metrics also go (tensorboard: event files in the "
+        "run's folder, runs/<run>/tensorboard/); not part of a run's key")
     lora: LoraParams = _f(factory=LoraParams)
     per_device_prompts: int | None = _f(
         None, lo=1, doc="prompts per process per forward/backward pass (null: the process's whole share of "
@@ -292,6 +295,8 @@ class Config:
     eprli: EprliConfig = _f(factory=EprliConfig)
     evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
     analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)
+    cluster: dict[str, Any] = _f(factory=dict, doc="resources of each notebook job on a Slurm cluster; its schema "
+                                 "is diffgrpo.cluster.ClusterConfig (a pydantic model)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -453,6 +458,9 @@ def _check_consistent(cfg: Config, origin: dict[str, str]) -> None:
     bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
+    from . import cluster
+
+    cluster.check(cfg.cluster, origin.get)
     _check_arms(cfg, fail)
     _check_eval_sets(cfg, fail)
     _check_levels(cfg, fail)
@@ -679,7 +687,8 @@ def _merge(base: dict, layer: dict, origin: dict[str, str], where: str, prefix: 
             continue
         dotted = f"{prefix}{key}"
         sub = _schema_at(dotted + ".")
-        if sub is not None and isinstance(value, dict) and isinstance(out.get(key), dict):
+        deep = sub is not None or dotted.split(".")[0] == "cluster"  # cluster: its own schema (diffgrpo.cluster)
+        if deep and isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value, origin, where, dotted + ".")
         else:
             out[key] = value

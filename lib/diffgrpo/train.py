@@ -74,6 +74,7 @@ from datasets import Dataset
 from peft import LoraConfig
 from tqdm.auto import tqdm
 from transformers import TrainerCallback, set_seed
+from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
@@ -229,7 +230,7 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
         logging_strategy="steps",
         logging_steps=t.logging_steps,
         log_completions=False,  # groups.parquet keeps the rewards; completions would cost disk
-        report_to="none",
+        report_to=t.report_to,  # TRL's own trackers; tensorboard writes into the run's folder (_train_run)
         disable_tqdm=True,  # our own bar: HF's prints every log dict
         # device; activation checkpointing under the installed transformers' name
         use_cpu=cfg.model.device == "cpu",
@@ -916,6 +917,9 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                 merge_for_generation=cfg.train.merge_lora_for_generation,
             )
         trainer.remove_callback(PrinterCallback)  # it prints every log dict
+        for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
+            if isinstance(cb, TensorBoardCallback):
+                cb.logging_dir = str(layout.tensorboard_dir(run_dir) / ("" if one else f"{i + 1}-{lv.name}"))
         if is_main and (one or i == 0):
             lora = peft_config or lora_config(cfg)
             peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in lora.to_dict().items()}
