@@ -373,8 +373,8 @@ def job_state(job: NotebookJob, place: Placement, queue: dict[str, tuple[str, st
     if job.out_path.exists() and (not failed_copy.exists() or failed_copy.stat().st_mtime < job.out_path.stat().st_mtime):
         return "done", ""
     if failed_copy.exists():
-        why = _error_of(job) if job.log_path.exists() else "failed"
-        return "failed", f"{job.name}: {why}\n  its output is in {job.log_path}; the notebook: {failed_copy}"
+        why = _error_of(job) if job.log_path.exists() else f"failed; the notebook is {failed_copy}"
+        return "failed", f"{why}\nits output is in {job.log_path}"
     return "not submitted", ""
 
 

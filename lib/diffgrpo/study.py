@@ -187,8 +187,10 @@ def print_status(todo: Sequence[NotebookJob], place) -> int:
     counts: dict[str, int] = {}
     for job, state, detail in rows:
         counts[state] = counts.get(state, 0) + 1
-        head, _, rest = detail.partition("\n")
-        print(f"{state:<13} {job.name:<{width}}  {head}".rstrip() + (f"\n{'':<13} {'':<{width}}{rest}" if rest else ""))
+        head, *rest = detail.splitlines() or [""]
+        print(f"{state:<13} {job.name:<{width}}  {head}".rstrip())
+        for line in rest:  # where to read more: the log, the failed notebook
+            print(f"{'':<13} {'':<{width}}  {line.strip()}")
     print(", ".join(f"{counts[s]} {s}" for s in slurm.STATES if s in counts))
     return 0
 
