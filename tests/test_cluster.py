@@ -35,7 +35,7 @@ def _node_up() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def cluster(monkeypatch):
+def slurm_node():
     if not _node_up():
         pytest.skip("no Slurm node answers here: make test-cluster starts one (as root)")
 

@@ -109,12 +109,13 @@ def test_status_of_a_local_study_reads_its_files(tmp_path, monkeypatch, capsys):
     assert study.main(["smoke", "--status"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "14 not submitted" and out.splitlines()[0].split() == ["not", "submitted", "01_probe"]
+    assert not (tmp_path / "smoke").exists()  # it runs nothing, and writes nothing
     assert study.cli(["smoke", "--stages", "02_select", "--kernel", "python3"]) == 1  # no probe yet
     capsys.readouterr()
     assert study.main(["smoke", "--status"]) == 0
     lines = capsys.readouterr().out.splitlines()
     [failed] = [i for i, ln in enumerate(lines) if ln.startswith("failed")]
-    assert "02_select:" in lines[failed] and "probe" in lines[failed]
+    assert lines[failed].split()[:2] == ["failed", "02_select"] and "run the probe stage (01_probe) first" in lines[failed]
     more = " ".join(lines[failed + 1:failed + 3])  # the failed notebook and the log, on lines of their own
     assert f"its output is in {tmp_path / 'smoke' / 'notebooks' / '02_select.log'}" in more
     assert f"{tmp_path / 'smoke' / 'notebooks' / '02_select.failed.ipynb'}" in more

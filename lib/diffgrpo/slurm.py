@@ -309,9 +309,9 @@ class SlurmExecutor:
 
 def failure(job: NotebookJob, folder: Path, job_id: str, state: str = "") -> str:
     """One line (and where to read more) on why a job ended without its notebook."""
-    kind, why = outcome(folder, job_id)
-    own = job.log_path.exists() and "error: " in job.log_path.read_text(errors="replace")
-    if own:
+    _, why = outcome(folder, job_id)
+    text = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+    if "error: " in text[text.rfind("\n== ") + 1:]:  # the notebook's own error line, in the last attempt's output
         why = _error_of(job)
     elif not why:
         why = f"Slurm ended it ({state or 'state unknown'}) without a result"
@@ -352,11 +352,13 @@ def job_state(job: NotebookJob, place: Placement, queue: dict[str, tuple[str, st
         return "running", f"Slurm job {jid}"
     if state in QUEUED:
         return "queued", f"Slurm job {jid} ({reason})" if reason and reason != "None" else f"Slurm job {jid}"
-    try:
-        with artifacts.exclusive(job.out_path):
-            held = False
-    except artifacts.FolderBusy:
-        held = True
+    held = False
+    if job.out_path.parent.is_dir():  # (a study never run: nothing to ask, and no folder made)
+        try:
+            with artifacts.exclusive(job.out_path):  # the lock a running notebook holds (notebooks.run_notebook)
+                pass
+        except artifacts.FolderBusy:
+            held = True
     if held:
         return "running", "on this machine" if not jid else f"Slurm job {jid}"
     failed_copy = job.out_path.with_suffix(".failed.ipynb")
