@@ -98,6 +98,8 @@ def test_smoke_study_through_slurm_gives_the_local_report(local_study, tmp_path,
     assert set(timings["notebooks"]) == set(record) and timings["cpu_s"]["total"] > 0
     states = _status(capsys)
     assert {s for s, _ in states.values()} == {"done"} and len(states) == len(record)
+    # the run's curves, written on the node, read back here
+    assert (here / "runs" / "hard-seed0" / "tensorboard" / "eval-test").is_dir()
     # the local study's status reads its files alone
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(local_study.parent))
     assert {s for s, _ in _status(capsys).values()} == {"done"}

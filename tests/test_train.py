@@ -17,6 +17,8 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 from diffgrpo import artifacts, layout, params, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
 
+from conftest import tensorboard_scalars
+
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -223,15 +225,6 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkey
     assert np.allclose(steps["reward"], ref_steps["reward"])
 
 
-def _scalars(logdir) -> dict[str, dict[int, float]]:
-    """Every scalar of the TensorBoard event files under ``logdir``, read back with TensorBoard's own reader."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir))
-    acc.Reload()
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
-
-
 def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_key(make_cfg):
     """train.report_to: tensorboard (the default) writes each logged step's metrics, as TRL logs
     them, into runs/<run>/tensorboard/; the same values as steps.parquet. Another report_to is
@@ -240,7 +233,7 @@ def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_ke
     assert cfg.train.report_to == "tensorboard"
     run = train.train_run(cfg, "hard", seed=0, progress=False)
     [logdir] = {p.parent for p in layout.tensorboard_dir(run).rglob("events.out.tfevents.*")}
-    curves = _scalars(logdir)
+    curves = tensorboard_scalars(logdir)
     steps = pd.read_parquet(run / "steps.parquet").set_index("step")
     for tag, column in [("train/reward", "reward"), ("train/frac_reward_zero_std", "frac_reward_zero_std"),
                         ("train/completions/mean_length", "completions/mean_length"), ("train/loss", "loss")]:
