@@ -244,8 +244,9 @@ class SlurmExecutor:
         :class:`StageFailed` is raised once every job has ended. Interrupting the follower
         (Ctrl-C) leaves the jobs to the cluster."""
         ids = self.submit(jobs)
-        print(f"submitted {len(ids)} Slurm job(s): " + ", ".join(f"{self.place(j).job_name} = {ids[j.name]}"
-                                                                  for j in jobs), flush=True)
+        first, last = min(ids.values(), key=int), max(ids.values(), key=int)
+        print(f"submitted {len(ids)} Slurm job(s), ids {first}" + (f" to {last}" if last != first else "")
+              + " (their names: <study>/<stage>/<run>; --status lists them)", flush=True)
         if self.detach:
             return {}
         return self.follow(jobs, ids, on_done)
