@@ -3,8 +3,8 @@ a single-node one as root; docs/cluster.md).
 
 Marked ``cluster``: the default ``make test`` deselects them, and they skip where no Slurm
 node answers. Nothing is mocked: sbatch, squeue and scancel are Slurm's, the jobs run the
-notebooks on the node. The smoke study is cut to two arms and 8 training steps, so that a
-training job lasts long enough to be cancelled in the middle.
+notebooks on the node. The smoke study is cut to two arms and 120 training steps (a
+checkpoint every 10), so that a training job lasts long enough to be cancelled in the middle.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from diffgrpo import layout, params, slurm, study
 
 pytestmark = pytest.mark.cluster
 
-SETTINGS = ["--set=arms=[hard, easy]", "--set=train.max_steps=8", "--set=train.save_steps=1",
+SETTINGS = ["--set=arms=[hard, easy]", "--set=train.max_steps=120", "--set=train.save_steps=10",
             "--set=cluster.mem_gb=1", "--kernel", "python3"]
 
 
@@ -116,20 +116,21 @@ def test_a_training_cancelled_midway_resumes_when_resubmitted_to_the_same_number
     assert study.cli(["smoke", *SETTINGS, "--executor", "slurm", "--detach"]) == 2
     assert "still queued or running" in capsys.readouterr().err
     assert json.loads((tmp_path / "smoke" / "slurm" / "jobs.json").read_text()) == record
+    states = _status(capsys)  # the scheduler's view: waiting on their dependencies, or running
+    assert {s for s, _ in states.values()} <= {"queued", "running", "done"}
+    assert states["05_analyze"][0] == "queued" and "(Dependency)" in states["05_analyze"][1]
 
     cfg = _cfg()
     run = layout.run_dir(cfg, "hard", 0)
-    _wait(lambda: (run / "checkpoints" / "checkpoint-2").is_dir(), 600, "hard-seed0 to save step 2")
-    states = _status(capsys)
-    assert states["03_train hard-seed0"][0] == "running"
-    subprocess.run(["scancel", record["03_train hard-seed0"]["id"]], check=True)
+    _wait(lambda: (run / "checkpoints" / "checkpoint-10").is_dir(), 600, "hard-seed0 to save step 10", poll_s=0.2)
+    subprocess.run(["scancel", record["03_train hard-seed0"]["id"]], check=True)  # at once: a step takes ~0.2 s
     _wait(lambda: not slurm.live_jobs(layout.slurm_dir(cfg)), 600, "every job to end")
     states = _status(capsys)
     assert states["03_train hard-seed0"][0] == "failed"
     assert states["04_evaluate hard-seed0"][0] == "cancelled" and states["05_analyze"][0] == "cancelled"
     assert states["04_evaluate easy-seed0"][0] == "done"  # what did not wait for it ran
     stopped = json.loads((run / "manifest.json").read_text())
-    assert stopped["status"] == "running" and not (run / "checkpoints" / "checkpoint-8").exists()  # stopped midway
+    assert stopped["status"] == "running" and not (run / "checkpoints" / "checkpoint-120").exists()  # stopped midway
 
     assert study.main(["smoke", *SETTINGS, "--executor", "slurm"]) == 0
     manifest = json.loads((run / "manifest.json").read_text())

@@ -4,6 +4,7 @@ tests/test_cluster.py, marked `cluster`)."""
 import json
 
 import pytest
+import yaml
 
 from diffgrpo import cluster, layout, params, study
 from diffgrpo.params import ParamsError
@@ -18,6 +19,13 @@ def test_defaults_set_every_cluster_key_and_a_gpu_study_asks_a_gpu_where_it_runs
     assert g.resources("03_train")["gpus_per_node"] == 1 and g.resources("01_probe")["gpus_per_node"] == 1
     assert "gpus_per_node" not in g.resources("02_select") and g.resources("02_select")["timeout_min"] == 60
     assert g.resources("05_analyze")["mem_gb"] == 16 and g.resources("04_evaluate")["mem_gb"] == 64
+
+
+def test_defaults_yaml_sets_every_key_of_the_cluster_schema_with_its_defaults():
+    raw = yaml.safe_load((params.params_dir() / "defaults.yaml").read_text())["cluster"]
+    assert set(raw) == set(cluster.ClusterConfig.model_fields)
+    assert cluster.ClusterConfig.model_validate(raw) == cluster.ClusterConfig()  # Config() in code: the same
+    assert params.Config().cluster == cluster.ClusterConfig().model_dump()
 
 
 def test_a_study_file_sets_some_cluster_keys_and_keeps_the_rest(tmp_path):

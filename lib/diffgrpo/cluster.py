@@ -87,20 +87,21 @@ class Resources(BaseModel):
 
 
 class ClusterConfig(BaseModel):
-    """``cluster:`` in params: every key is set by params/defaults.yaml."""
+    """``cluster:`` in params. Every key is set by params/defaults.yaml (a test checks it); the
+    defaults here are the same values, for a ``Config()`` built in code, as params.py's are."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    partition: str | None = Field(description="sbatch --partition (null: the cluster's default)")
-    account: str | None = Field(description="sbatch --account (null: the user's default)")
-    qos: str | None = Field(description="sbatch --qos (null: none)")
-    time: str | int = Field(description="each job's time limit: minutes, H:MM:SS or D-HH:MM:SS")
-    cpus: int = Field(ge=1, description="CPUs per job")
-    mem_gb: float = Field(gt=0, description="memory per job, GB")
-    gpus: int = Field(ge=0, description="GPUs per job")
-    stages: dict[Stage, Resources] = Field(description="per stage, the resources that differ from the above")
+    partition: str | None = Field(None, description="sbatch --partition (null: the cluster's default)")
+    account: str | None = Field(None, description="sbatch --account (null: the user's default)")
+    qos: str | None = Field(None, description="sbatch --qos (null: none)")
+    time: str | int = Field("4:00:00", description="each job's time limit: minutes, H:MM:SS or D-HH:MM:SS")
+    cpus: int = Field(1, ge=1, description="CPUs per job")
+    mem_gb: float = Field(8, gt=0, description="memory per job, GB")
+    gpus: int = Field(0, ge=0, description="GPUs per job")
+    stages: dict[Stage, Resources] = Field({}, description="per stage, the resources that differ from the above")
     sbatch: dict[str, str | int | float | bool] = Field(
-        description="further sbatch options by their long name, e.g. {constraint: a100, exclude: node07}")
+        {}, description="further sbatch options by their long name, e.g. {constraint: a100, exclude: node07}")
 
     @field_validator("time")
     @classmethod

@@ -295,8 +295,8 @@ class Config:
     eprli: EprliConfig = _f(factory=EprliConfig)
     evaluate: EvaluateConfig = _f(factory=EvaluateConfig)
     analyze: AnalyzeConfig = _f(factory=AnalyzeConfig)
-    cluster: dict[str, Any] = _f(factory=dict, doc="resources of each notebook job on a Slurm cluster; its schema "
-                                 "is diffgrpo.cluster.ClusterConfig (a pydantic model)")
+    cluster: dict[str, Any] = _f(factory=lambda: _cluster_schema()().model_dump(), doc="resources of each notebook "
+                                 "job on a Slurm cluster; its schema is diffgrpo.cluster.ClusterConfig (pydantic)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -348,6 +348,12 @@ class Config:
             changes["dataset.source"] = None  # nor is the training data's file or hub choice
         changes["evaluate.sets"] = []  # a set's own settings hold no further sets
         return self.replace(**changes)
+
+
+def _cluster_schema():
+    from .cluster import ClusterConfig  # imported late: diffgrpo.cluster imports this module's error
+
+    return ClusterConfig
 
 
 #: the name of the held-out test set of the training task among the evaluation sets
