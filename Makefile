@@ -12,7 +12,7 @@ PY_GPU    := $(VENV_GPU)/bin/python
 GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py
 
-.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu
+.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu slurm-local slurm-stop test-cluster
 
 setup: $(STAMP)
 
@@ -31,13 +31,25 @@ $(STAMP): pyproject.toml
 study: $(STAMP)
 	$(PY) -m diffgrpo.study $(STUDY)
 
-## the tests, notebooks end to end on a tiny setting included (no `slow` marker)
+## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q -rs -p no:cacheprovider
+	$(PY) -m pytest -m "not slow and not cluster" -q -rs -p no:cacheprovider
 
-## every test, the slow ones too
+## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## a single-node Slurm cluster on this Debian machine, as root (scripts/slurm_local.sh; docs/cluster.md)
+slurm-local:
+	scripts/slurm_local.sh start
+
+slurm-stop:
+	scripts/slurm_local.sh stop
+
+## the tests marked `cluster` on a real Slurm: starts the local one when none answers (root)
+test-cluster: $(STAMP)
+	scripts/slurm_local.sh status >/dev/null 2>&1 || scripts/slurm_local.sh start
+	$(PY) -m pytest -m cluster -q -rs -p no:cacheprovider tests/test_cluster.py
 
 ## re-execute the tiny notebooks that nbval compares against (see tests/notebooks/README.md)
 references: $(STAMP)

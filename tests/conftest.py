@@ -32,3 +32,12 @@ def executed_notebooks(study_root, cfg) -> list:
     runs = [layout.run_id(a, s) for a, s in layout.planned_runs(cfg)]
     return ([nb / f"{s}.ipynb" for s in ("01_probe", "02_select", "05_analyze")] + [nb / "04_evaluate" / "base.ipynb"]
             + [nb / stage / f"{rid}.ipynb" for stage in ("03_train", "04_evaluate") for rid in runs])
+
+
+def tensorboard_scalars(logdir) -> dict[str, dict[int, float]]:
+    """Every scalar of the TensorBoard event files in ``logdir``, read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}

@@ -14,7 +14,7 @@ import pytest
 
 from diffgrpo import layout, notebooks, params, select, study
 
-from conftest import executed_notebooks
+from conftest import executed_notebooks, tensorboard_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 from diffgrpo.params import ParamsError
@@ -38,6 +38,21 @@ def test_study_writes_every_stage_and_the_report(tiny_study):
     for name in ("table1_gain.md", "table2_learnable.md", "fig2_accuracy_by_checkpoint.png",
                  "fig3_learnable_vs_gain.png", "fig_p_hat.png"):
         assert (report / name).stat().st_size > 0
+
+
+def test_each_run_has_its_curves_in_tensorboard(tiny_study):
+    """train.report_to: tensorboard (the default): `tensorboard --logdir outputs/<study>/runs`
+    shows each run's training curves and its accuracy at each evaluated checkpoint."""
+    cfg = params.load("tiny")
+    for arm, seed in layout.planned_runs(cfg):
+        run = tiny_study / "runs" / layout.run_id(arm, seed)
+        train_curves = tensorboard_scalars(layout.tensorboard_dir(run))
+        steps = pd.read_parquet(run / "steps.parquet")
+        assert sorted(train_curves["train/reward"]) == list(steps["step"])
+        evals = tensorboard_scalars(layout.tensorboard_dir(run) / "eval-test")
+        summary = pd.read_parquet(tiny_study / "eval" / layout.run_id(arm, seed) / "summary.parquet")
+        assert evals["eval/test/greedy_acc"] == pytest.approx(dict(zip(summary["step"], summary["greedy_acc"])))
+        assert 0 in evals["eval/test/pass@1"]  # the base model is step 0
 
 
 def test_summary_json_agrees_with_the_run_files(tiny_study):

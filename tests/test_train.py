@@ -21,6 +21,8 @@ from trl import GRPOTrainer
 from diffgrpo import artifacts, data, layout, params, rewards, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
 
+from conftest import tensorboard_scalars
+
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -116,7 +118,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
         "mask_truncated_completions": t.mask_truncated_completions, "save_steps": 2,
         "logging_steps": t.logging_steps, "seed": 0, "use_cpu": True, "bf16": False,
         "gradient_checkpointing": False, train.checkpointing_argument(): False, "use_vllm": False,
-        "use_bias_correction_kl": False, "report_to": [],
+        "use_bias_correction_kl": False, "report_to": [] if t.report_to == "none" else [t.report_to],
     }
     assert {k: grpo[k] for k in expected} == expected
     peft_cfg = json.loads((run / "trl_config.json").read_text())["peft"]
@@ -225,6 +227,26 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkey
     # the restored optimizer, scheduler and RNG continue the same trajectory
     assert np.allclose(steps["learning_rate"], ref_steps["learning_rate"])
     assert np.allclose(steps["reward"], ref_steps["reward"])
+
+
+def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_key(make_cfg):
+    """train.report_to: tensorboard (the default) writes each logged step's metrics, as TRL logs
+    them, into runs/<run>/tensorboard/; the same values as steps.parquet. Another report_to is
+    the same run: it is not retrained."""
+    cfg = make_cfg(max_steps=2)
+    assert cfg.train.report_to == "tensorboard"
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    [logdir] = {p.parent for p in layout.tensorboard_dir(run).rglob("events.out.tfevents.*")}
+    curves = tensorboard_scalars(logdir)
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    for tag, column in [("train/reward", "reward"), ("train/frac_reward_zero_std", "frac_reward_zero_std"),
+                        ("train/completions/mean_length", "completions/mean_length"), ("train/loss", "loss")]:
+        assert sorted(curves[tag]) == [1, 2], tag
+        assert np.allclose([curves[tag][s] for s in (1, 2)], steps.loc[[1, 2], column], atol=1e-5), tag
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "report_to" not in manifest["key"]["train"]
+    again = train.train_run(cfg.replace(**{"train.report_to": "none"}), "hard", seed=0, progress=False)
+    assert json.loads((again / "manifest.json").read_text()) == manifest  # finished: skipped, not trained anew
 
 
 def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):

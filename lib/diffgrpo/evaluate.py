@@ -21,6 +21,7 @@ strategy, seed, step, greedy_acc, pass@1, pass@k..., n_prompts) and ``tiers.parq
 
 from __future__ import annotations
 
+import shutil
 from math import comb
 from pathlib import Path
 
@@ -187,7 +188,32 @@ def evaluate_run(cfg: Config, strategy: str, seed: int, eval_set: str = TEST_SET
         steps = {last: steps[last]}
     base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress, eval_set))
     with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(strategy, seed), eval_set)):
-        return _with_base_rows(cfg, strategy, seed, base, steps, trained, progress, eval_set)
+        out = _with_base_rows(cfg, strategy, seed, base, steps, trained, progress, eval_set)
+        if cfg.for_arm(strategy).train.report_to == "tensorboard":
+            write_curves(run_dir, read_summary(cfg, layout.run_id(strategy, seed), out, eval_set), eval_set)
+        return out
+
+
+#: the summary's columns that are no accuracy (``write_curves`` leaves them out)
+_NOT_CURVES = ("run_id", "strategy", "seed", "step", "n_prompts")
+
+
+def write_curves(run_dir: Path, summary: pd.DataFrame, eval_set: str = TEST_SET) -> Path:
+    """The run's accuracy at each evaluated checkpoint (step 0: the base model) as TensorBoard
+    scalars ``eval/<set>/<metric>`` (greedy_acc, pass@1, ...), beside its training curves
+    (``train.report_to: tensorboard``): ``runs/<run>/tensorboard/eval-<set>/``, written anew each
+    time the run is evaluated (a copy of ``summary.parquet``, which stays the record)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = layout.tensorboard_dir(run_dir) / f"eval-{eval_set}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    with SummaryWriter(str(folder)) as writer:
+        for row in summary.to_dict("records"):
+            for metric, value in row.items():
+                if metric not in _NOT_CURVES and isinstance(value, (int, float)) and value == value:
+                    writer.add_scalar(f"eval/{eval_set}/{metric}", float(value), int(row["step"]))
+    return folder
 
 
 def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],

@@ -5,11 +5,12 @@
       select/<arm>.parquet      selections (prompt ids, p_hat, policy, seed) + summary.csv;
                                 a per-seed policy (random) has select/<arm>-seed<seed>.parquet
       runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
-                                checkpoints/checkpoint-<step>/ (LoRA adapters)
+                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
                                 on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
       report/                   tables (CSV + markdown), figures (PNG), summary.json
-      notebooks/                executed notebooks
+      notebooks/                executed notebooks (and each one's log, <name>.log)
+      slurm/                    the Slurm executor's job records (jobs.json, submitit's files)
 
 ``run_id`` is ``<arm>-seed<seed>`` (an arm named after its policy, as 003's four are, keeps
 the run ids of the strategies it replaced). Paths inside manifests are relative to the study folder.
@@ -76,9 +77,9 @@ def probe_key(cfg: Config) -> dict[str, Any]:
     })
 
 
-#: train.* keys out of a run's key: how far it goes (a finished run may be extended) and the
-#: seeds (each run has its own); every other key decides the result and is in it
-NOT_IN_RUN_KEY = ("max_steps", "seeds", "trl")
+#: train.* keys out of a run's key: how far it goes (a finished run may be extended), the seeds
+#: (each run has its own) and where its metrics are also sent; every other key decides the result
+NOT_IN_RUN_KEY = ("max_steps", "seeds", "trl", "report_to")
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
@@ -92,8 +93,8 @@ TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "tracki
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,
             levels: list[dict] | None = None) -> dict[str, Any]:
-    """What decides a training run's result, bar ``max_steps`` (a finished run may be extended):
-    a resume must match it, and an evaluation of the run's adapters carries it. ``cfg`` is the
+    """What decides a training run's result, bar :data:`NOT_IN_RUN_KEY` (a finished run may be
+    extended; where its metrics are also sent changes no number): a resume must match it, and an evaluation of the run's adapters carries it. ``cfg`` is the
     arm's (:meth:`Config.for_arm`), so an arm's own training settings are in ``train``; what its
     policy decides is in the selection's ids and, for the control arm, in ``reward`` (the
     verifier's reward adds nothing, so the runs of 003's four arms keep their keys); ``levels``:
@@ -216,6 +217,18 @@ def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
         if d.is_dir() and d.name.split("-")[-1].isdigit() and (not complete or (d / STATE_FILE).exists()):
             found[int(d.name.split("-")[-1])] = d
     return dict(sorted(found.items()))
+
+
+def tensorboard_dir(run: Path) -> Path:
+    """A run's TensorBoard event files (``train.report_to: tensorboard``), so that
+    ``tensorboard --logdir outputs/<study>/runs`` shows every run's curves side by side."""
+    return run / "tensorboard"
+
+
+def slurm_dir(cfg: Config) -> Path:
+    """The Slurm executor's records of a study: submitit's files (``<job id>_*``) and
+    ``jobs.json``, the job id of each notebook job last submitted (docs/cluster.md)."""
+    return study_dir(cfg) / "slurm"
 
 
 def report_dir(cfg: Config) -> Path:

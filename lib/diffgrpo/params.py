@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import policies, rewards
 from .params_files import (DEFAULTS_FILE, ParamsError, closest, expand, load_plugin, merge, overrides_mapping,
                            params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, with_includes)
+from .cluster import ClusterConfig
+from .cluster import check as check_cluster
 from .reports import PAPERS
 
 __all__ = ["Config", "ParamsError", "TEST_SET", "build", "dump", "get", "load", "load_plugin", "params_dir",
@@ -133,6 +135,8 @@ class TrainConfig(_Section):
     top_p: Frac
     save_steps: PosInt
     logging_steps: PosInt
+    report_to: Literal["tensorboard", "trackio", "wandb", "mlflow", "none"] = Field(
+        description="TRL's trackers (tensorboard: event files in runs/<run>/tensorboard/); not in a run's key")
     lora: LoraParams
     per_device_prompts: PosInt | None
     bf16: bool
@@ -263,6 +267,7 @@ class Config(_Section):
     eprli: EprliConfig
     evaluate: EvaluateConfig
     analyze: AnalyzeConfig
+    cluster: ClusterConfig = Field(description="each notebook job's resources on Slurm (diffgrpo.cluster)")
 
     @field_validator("arms", mode="before")
     @classmethod
@@ -347,6 +352,8 @@ def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
             key = key.split("[")[0] if "[" in key else key.rpartition(".")[0]
         return origin.get(key, "params")
 
+    if isinstance(data.get("cluster"), dict):
+        check_cluster(data["cluster"], where)  # its own messages: sbatch options, stages, time limits
     if isinstance(data.get("plugins"), list):
         data = {**data, "plugins": [load_plugin(p, origin.get("plugins", "params")) for p in data["plugins"]]}
     try:

@@ -193,7 +193,7 @@ def expand(flat: dict[str, Any], where: str) -> dict[str, Any]:
 
 #: free-form mappings whose keys layer one by one (a study file adds to gpu.yaml's TRL options);
 #: any other free-form mapping (a task's options) is replaced whole by the layer that sets it
-LAYERED_MAPPINGS = ("train.trl",)
+LAYERED_MAPPINGS = ("train.trl", "cluster.stages", "cluster.sbatch")
 
 
 def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: type[BaseModel],

@@ -2,6 +2,9 @@
 
     python -m diffgrpo.study embedded                    # params/embedded.yaml
     python -m diffgrpo.study embedded --set train.max_steps=20 --stages 03_train 04_evaluate
+    python -m diffgrpo.study paper003_gsm8k_qwen3_4b --executor slurm [--detach]   # on a Slurm cluster
+    python -m diffgrpo.study paper003_gpu --campaign --executor slurm   # every study of its analyze.compare
+    python -m diffgrpo.study embedded --status           # each notebook job: done, running, queued, failed...
 
 The params are validated before any notebook starts. The probe, the selection and the
 analysis run once; training and evaluation run once per (arm, seed) run, as executions of
@@ -11,12 +14,18 @@ evaluation is ``04_evaluate/base.ipynb``). ``workers`` of them execute at once
 (:mod:`diffgrpo.fanout`); a run is evaluated as soon as it has trained. Times per notebook go
 to ``outputs/<study>/timings.json``. Every stage skips work already done (probe chunks,
 finished runs, evaluated checkpoints), so an interrupted study resumes where it stopped.
+
+``--executor slurm`` submits the same jobs to a Slurm cluster instead, one Slurm job per
+notebook, with the params' ``cluster:`` resources (:mod:`diffgrpo.slurm`, docs/cluster.md).
+``--campaign`` runs every study the params file's ``analyze.compare`` names (a paper's grid),
+the last one's analysis after all of theirs, so that its report draws the whole grid.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -26,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-from . import artifacts, data, layout, params, plan, select
+from . import artifacts, cluster, data, layout, params, plan, select, slurm
 from .fanout import Executor, LocalExecutor, NotebookJob
 from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
@@ -54,7 +63,17 @@ def main(argv: list[str] | None = None) -> int:
                     "pass, hours on params key `gpu`) without loading weights, and exit (diffgrpo.plan)")
     ap.add_argument("--project", metavar="DIR", help="the checkout whose notebooks/, params/ and outputs/ to use "
                     "(default: the one the command runs in; also DIFFGRPO_PROJECT)")
+    ap.add_argument("--executor", choices=("local", "slurm"), default="local",
+                    help="local: `workers` notebooks at a time on this machine; slurm: one Slurm job per notebook, "
+                    "with the params' cluster: resources (docs/cluster.md)")
+    ap.add_argument("--detach", action="store_true", help="with --executor slurm: submit, print the job ids and return")
+    ap.add_argument("--status", action="store_true", help="say for each notebook job whether it is done, running, "
+                    "queued, failed or not submitted (and where a failed one's log is); runs nothing")
+    ap.add_argument("--campaign", action="store_true", help="the studies that the params file's analyze.compare "
+                    "names, all at once; the last one's analysis waits for every study and draws the grid")
     args = ap.parse_args(argv)
+    if args.detach and args.executor != "slurm":
+        ap.error("--detach submits to a cluster: add --executor slurm")
     if args.project:  # the notebook processes and their kernels inherit it
         os.environ[artifacts.PROJECT_ENV] = str(Path(args.project).resolve())
     note = artifacts.checkout_mismatch()
@@ -74,12 +93,97 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     plan.check(cfg, table)  # a cuda study that does not fit its GPU stops here, before any notebook
     artifacts.check_outputs_root()
-    nb_params = notebook_parameters(args.params_file, overrides, cfg)
-    cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
-    data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
-    data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
-    executor = LocalExecutor(workers=cfg.workers, kernel=args.kernel)
-    return run_study(cfg, nb_params, args.stages, executor)
+    files = [args.params_file]
+    if args.campaign:
+        if not cfg.analyze.compare:
+            raise params.ParamsError(f"{params.resolve(args.params_file)}: --campaign runs the studies that "
+                                     "`analyze.compare` names, and it names none")
+        files = list(cfg.analyze.compare)
+    studies = []
+    for file in files:
+        cfg = params.load(file, overrides=overrides)
+        nb_params = notebook_parameters(file, overrides, cfg)
+        cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
+        if not args.status:
+            data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
+            data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
+        studies.append((cfg, nb_params))
+    todo, owner = campaign_jobs(studies, args.stages)
+    place = placement(owner)
+    if args.status:
+        return print_status(todo, place)
+    if args.executor == "local":
+        workers = max(c.workers for c, _ in studies)
+        return run_studies(studies, todo, owner, LocalExecutor(workers=workers, kernel=args.kernel),
+                           f"{workers} at a time")
+    executor = slurm.SlurmExecutor(place, kernel=args.kernel, detach=args.detach)
+    if args.detach:
+        with _study_locks(studies):
+            ids = executor.submit(todo)
+        for job in todo:
+            print(f"{ids[job.name]}  {place(job).job_name}")
+        print(f"submitted {len(ids)} Slurm job(s); see them with: python -m diffgrpo.study {args.params_file} "
+              + ("--campaign " if args.campaign else "") + "--status")
+        return 0
+    return run_studies(studies, todo, owner, executor, "one Slurm job each")
+
+
+def campaign_jobs(studies: Sequence[tuple[params.Config, dict]], stages: Sequence[str] = STAGES
+                  ) -> tuple[list[NotebookJob], dict[str, tuple[params.Config, str]]]:
+    """The jobs of every study (:func:`jobs`), and ``{job name: (its study's config, its name
+    in the study)}``. One study: its jobs as they are. Several (a campaign): each name
+    prefixed ``<study>/``, and the last study's analysis waits for every other study's, so
+    that the grid it draws (``analyze.compare``) holds them all."""
+    if len(studies) == 1:
+        cfg, nb_params = studies[0]
+        todo = jobs(cfg, nb_params, stages)
+        return todo, {j.name: (cfg, j.name) for j in todo}
+    names = [c.study for c, _ in studies]
+    if len(set(names)) != len(names):
+        raise params.ParamsError(f"analyze.compare: the campaign names a study more than once ({names})")
+    out: list[NotebookJob] = []
+    owner: dict[str, tuple[params.Config, str]] = {}
+    for cfg, nb_params in studies:
+        for j in jobs(cfg, nb_params, stages):
+            name = f"{cfg.study}/{j.name}"
+            out.append(dataclasses.replace(j, name=name, after=tuple(f"{cfg.study}/{a}" for a in j.after)))
+            owner[name] = (cfg, j.name)
+    last = f"{names[-1]}/05_analyze"
+    if last in owner:
+        others = [f"{n}/05_analyze" for n in names[:-1] if f"{n}/05_analyze" in owner]
+        out = [dataclasses.replace(j, after=j.after + tuple(others)) if j.name == last else j for j in out]
+    return out, owner
+
+
+def placement(owner: dict[str, tuple[params.Config, str]]):
+    """Where each job goes on a cluster (:class:`slurm.Placement`): its study's Slurm folder,
+    the Slurm job name ``<study>/<stage>/<run>`` and its stage's ``cluster:`` resources."""
+    settings = {}
+
+    def place(job: NotebookJob) -> slurm.Placement:
+        cfg, key = owner[job.name]
+        if cfg.study not in settings:
+            settings[cfg.study] = cluster.settings(cfg)
+        rid = key.partition(" ")[2]
+        return slurm.Placement(layout.slurm_dir(cfg), key, "/".join([cfg.study, job.stage] + ([rid] if rid else [])),
+                               settings[cfg.study].resources(job.stage))
+
+    return place
+
+
+def print_status(todo: Sequence[NotebookJob], place) -> int:
+    """``--status``: one line per job, with a failed job's error and its log; then a count per state."""
+    rows = slurm.status(todo, place)
+    width = max(len(j.name) for j, _, _ in rows)
+    counts: dict[str, int] = {}
+    for job, state, detail in rows:
+        counts[state] = counts.get(state, 0) + 1
+        head, *rest = detail.splitlines() or [""]
+        print(f"{state:<13} {job.name:<{width}}  {head}".rstrip())
+        for line in rest:  # where to read more: the log, the failed notebook
+            print(f"{'':<13} {'':<{width}}  {line.strip()}")
+    print(", ".join(f"{counts[s]} {s}" for s in slurm.STATES if s in counts))
+    return 0
 
 
 def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) -> list[NotebookJob]:
@@ -135,19 +239,84 @@ class StudyBusy(artifacts.FolderBusy):
 
 
 def run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
-    """Run the study's notebooks with ``executor``; record seconds per notebook and per stage.
+    """Run one study's notebooks with ``executor``: :func:`run_studies`."""
+    todo, owner = campaign_jobs([(cfg, nb_params)], stages)
+    return run_studies([(cfg, nb_params)], todo, owner, executor, f"{cfg.workers} at a time")
 
-    One study at a time per study folder: a second one is refused before it touches any file
-    of the first (its notebooks, their logs, ``timings.json``). Each notebook's seconds are
-    added to ``timings.json`` as it finishes, so a failed or stopped study keeps them."""
+
+@contextlib.contextmanager
+def _study_locks(studies: Sequence[tuple[params.Config, dict]]):
+    """One study at a time per study folder: a second one is refused before it touches any
+    file of the first (its notebooks, their logs, ``timings.json``)."""
     with contextlib.ExitStack() as stack:
+        for cfg, _ in studies:
+            try:
+                stack.enter_context(artifacts.exclusive(layout.notebooks_dir(cfg)))
+            except artifacts.FolderBusy as err:
+                holder = str(err).split("(", 1)[-1].split(")", 1)[0]
+                raise StudyBusy(f"study {cfg.study!r}: another study ({holder}) is running on {layout.study_dir(cfg)}; "
+                                "wait for it or stop it, then rerun (nothing was written)") from None
+        yield
+
+
+def run_studies(studies: Sequence[tuple[params.Config, dict]], todo: list[NotebookJob],
+                owner: dict[str, tuple[params.Config, str]], executor: Executor, how: str) -> int:
+    """Run the studies' notebooks ``todo`` (:func:`campaign_jobs`) with ``executor``; record
+    seconds per notebook and per stage in each study's ``timings.json``, added as each
+    notebook finishes, so a failed or stopped study keeps them."""
+    with _study_locks(studies):
+        record = {cfg.study: _Timings(cfg) for cfg, _ in studies}
+        stages = [s for s in STAGES if any(j.stage == s for j in todo)]
+        where = ", ".join(str(layout.notebooks_dir(c)) for c, _ in studies)
+        print(f"== {', '.join(record)}: {len(todo)} notebooks ({', '.join(stages)}), {how}; executed copies in "
+              f"{where}", flush=True)
+        t0 = time.perf_counter()
+
+        def finished(name: str, seconds: float, cpu_seconds: float | None) -> None:  # kept as each notebook ends
+            cfg, key = owner[name]
+            record[cfg.study].add(key, seconds, cpu_seconds)
+
         try:
-            stack.enter_context(artifacts.exclusive(layout.notebooks_dir(cfg)))
-        except artifacts.FolderBusy as err:
-            holder = str(err).split("(", 1)[-1].split(")", 1)[0]
-            raise StudyBusy(f"study {cfg.study!r}: another study ({holder}) is running on {layout.study_dir(cfg)}; "
-                            "wait for it or stop it, then rerun (nothing was written)") from None
-        return _run_study(cfg, nb_params, stages, executor)
+            executor.run(todo, on_done=finished)
+        except BaseException:
+            for r in record.values():
+                if r.per_job:  # what finished before the failure or the interrupt
+                    r.close(round(time.perf_counter() - t0, 1))
+            raise
+        wall = round(time.perf_counter() - t0, 1)
+        for cfg, _ in studies:
+            by_stage = record[cfg.study].close(wall)
+            print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
+            report = layout.report_dir(cfg)
+            if (report / "summary.json").exists():
+                print(f"report: {report}/ (summary.json, tables, figures)")
+        return 0
+
+
+class _Timings:
+    """One study's ``timings.json``: seconds (and CPU seconds, where the executor counts them)
+    per notebook, kept from earlier sessions and written as each notebook finishes."""
+
+    def __init__(self, cfg: params.Config):
+        self.file = layout.study_dir(cfg) / "timings.json"
+        try:
+            old = artifacts.read_json(self.file) if self.file.exists() else {}
+        except artifacts.ArtifactError:
+            old = {}  # a damaged record of seconds: start it again
+        self.wall = old.get("wall_s")
+        self.per_job = dict(old.get("notebooks", {}))
+        self.cpu = dict(old.get("cpu_s", {}).get("notebooks", {}))
+
+    def add(self, name: str, seconds: float, cpu_seconds: float | None) -> None:
+        self.per_job[name] = seconds
+        if cpu_seconds is not None:
+            self.cpu[name] = cpu_seconds
+        _timings(self.file, self.per_job, self.wall, self.cpu)
+
+    def close(self, wall: float) -> dict[str, float]:
+        """Write the record with the session's wall time; the study's seconds per stage."""
+        return _timings(self.file, self.per_job, wall, self.cpu)
 
 
 def _by_stage(per_job: dict[str, float]) -> dict[str, float]:
@@ -166,42 +335,6 @@ def _timings(timings_file, per_job: dict, wall: float | None, cpu: dict | None =
     return by_stage
 
 
-def _run_study(cfg: params.Config, nb_params: dict, stages: Sequence[str], executor: Executor) -> int:
-    timings_file = layout.study_dir(cfg) / "timings.json"
-    try:
-        timings = artifacts.read_json(timings_file) if timings_file.exists() else {}
-    except artifacts.ArtifactError:
-        timings = {}  # a damaged record of seconds: start it again
-    per_job = dict(timings.get("notebooks", {}))
-    todo = jobs(cfg, nb_params, stages)
-    print(f"== {cfg.study}: {len(todo)} notebooks ({', '.join(s for s in STAGES if s in stages)}), "
-          f"{cfg.workers} at a time; executed copies in {layout.notebooks_dir(cfg)}", flush=True)
-    t0 = time.perf_counter()
-
-    cpu = dict(timings.get("cpu_s", {}).get("notebooks", {}))  # where the executor counts them
-
-    def finished(name: str, seconds: float, cpu_seconds: float | None) -> None:  # kept as each notebook ends
-        per_job[name] = seconds
-        if cpu_seconds is not None:
-            cpu[name] = cpu_seconds
-        _timings(timings_file, per_job, timings.get("wall_s"), cpu)
-
-    try:
-        executor.run(todo, on_done=finished)
-    except BaseException:
-        if per_job:  # what finished before the failure or the interrupt
-            _timings(timings_file, per_job, round(time.perf_counter() - t0, 1), cpu)
-        raise
-    wall = round(time.perf_counter() - t0, 1)
-    by_stage = _timings(timings_file, per_job, wall, cpu)
-    print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
-    report = layout.report_dir(cfg)
-    if (report / "summary.json").exists():
-        print(f"report: {report}/ (summary.json, tables, figures)")
-    return 0
-
-
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` for a terminal: a known error is one line naming the culprit (and, for a
     failed notebook, the executed copy that holds the traceback), not a traceback."""
@@ -214,7 +347,7 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
-            artifacts.FolderBusy) as err:
+            artifacts.FolderBusy, slurm.SlurmError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

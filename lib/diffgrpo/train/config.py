@@ -96,7 +96,7 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
         logging_strategy="steps",
         logging_steps=t.logging_steps,
         log_completions=False,  # groups.parquet keeps the rewards; completions would cost disk
-        report_to="none",
+        report_to=t.report_to,  # TRL's own trackers; tensorboard writes into the run's folder (train.run)
         disable_tqdm=True,  # our own bar: HF's prints every log dict
         # device; activation checkpointing under the installed transformers' name
         use_cpu=cfg.model.device == "cpu",

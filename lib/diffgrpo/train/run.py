@@ -26,6 +26,7 @@ import transformers
 import trl
 from datasets import Dataset
 from transformers import set_seed
+from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
@@ -213,6 +214,9 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                 merge_for_generation=cfg.train.merge_lora_for_generation,
             )
         trainer.remove_callback(PrinterCallback)  # it prints every log dict
+        for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
+            if isinstance(cb, TensorBoardCallback):
+                cb.logging_dir = str(layout.tensorboard_dir(run_dir) / ("" if one else f"{i + 1}-{lv.name}"))
         if is_main and (one or i == 0):
             lora = peft_config or lora_config(cfg)
             peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in lora.to_dict().items()}
