@@ -335,7 +335,7 @@ class TrainWork:
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
     :func:`diffgrpo.devices.batching` derives on one process. Dynamic sampling with gradient
-    accumulation is planned as if it worked (train.py refuses it today)."""
+    accumulation is planned as if it worked (the trainer refuses it today: curriculum.check_levels_fit)."""
     acfg = cfg.for_arm(arm)
     out = []
     for lv in run_levels(acfg, arm):
@@ -555,7 +555,7 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             notes = []
             if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
                 notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "
-                             "(train.py refuses it today)")
+                             "(the trainer refuses it today: curriculum.check_levels_fit)")
             row.update(prompts=sum(x.steps * x.rounds * x.prompts_per_step for x in works),
                        completions=sum(x.completions for x in works),
                        tokens_generated=sum(x.completions * x.completion for x in works),
