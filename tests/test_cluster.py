@@ -51,7 +51,7 @@ def local_study(tmp_path_factory):
 
 
 def _cfg() -> params.Config:
-    return params.load("smoke", overrides=study.parse_overrides([s.split("=", 1)[1] for s in SETTINGS if "=" in s]))
+    return params.load("smoke", overrides=params.parse_overrides([s.split("=", 1)[1] for s in SETTINGS if "=" in s]))
 
 
 def _report(study_dir: Path) -> dict[str, bytes]:
