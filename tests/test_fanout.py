@@ -166,3 +166,45 @@ def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_pa
     assert set(cpu) == {"busy", "idle"}
     assert 1.0 <= cpu["busy"] - cpu["idle"] <= 1.5
     assert cpu["idle"] < seconds["idle"]  # it slept: wall time is not CPU time
+
+
+# ---- issue 17: a node with several GPUs ------------------------------------------------------
+@dataclass(frozen=True)
+class GpuJob(fanout.NotebookJob):
+    """Records the GPUs it was given (``CUDA_VISIBLE_DEVICES``) and when it ran."""
+
+    def argv(self, kernel):
+        code = ("import json, os, time; t0 = time.time(); time.sleep(0.4); "
+                f"json.dump({{'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'), 'start': t0, 'end': time.time()}}, "
+                f"open({str(self.out_path)!r}, 'w'))")
+        return [sys.executable, "-c", code]
+
+
+def gpu_runs(tmp_path, gpus, per_job, workers):
+    jobs = [GpuJob(f"train-{i}", "03_train", tmp_path / f"train-{i}.json", {}) for i in range(4)]
+    jobs += [GpuJob("select", "02_select", tmp_path / "select.json", {}),
+             GpuJob("eval-0", "04_evaluate", tmp_path / "eval-0.json", {}, ("train-0",))]
+    fanout.LocalExecutor(workers=workers, progress=False, poll_s=0.05, gpus=gpus, gpus_per_job=per_job).run(jobs)
+    return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+
+
+@pytest.mark.parametrize("gpus, per_job, workers", [(("0", "1"), 1, 3), (("4", "5", "6", "7"), 2, 4)])
+def test_each_job_that_runs_the_model_gets_gpus_of_its_own(tmp_path, gpus, per_job, workers):
+    ran = gpu_runs(tmp_path, gpus, per_job, workers)
+    assert ran["select"]["gpus"] == ""  # the selection loads no model: it is given no GPU
+    model_jobs = {k: v for k, v in ran.items() if k != "select"}
+    for name, r in model_jobs.items():
+        given = r["gpus"].split(",")
+        assert len(given) == per_job and set(given) <= set(gpus), name
+    for a, ra in model_jobs.items():  # two jobs never share a GPU while both run
+        for b, rb in model_jobs.items():
+            if a < b and set(ra["gpus"].split(",")) & set(rb["gpus"].split(",")):
+                assert ra["end"] <= rb["start"] or rb["end"] <= ra["start"], (a, b)
+    assert len({r["gpus"] for r in model_jobs.values()}) == len(gpus) // per_job  # every GPU slot was used
+
+
+def test_the_runner_lends_the_gpus_it_may_use(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert fanout.visible_gpus() == ("2", "3")
+    with pytest.raises(ValueError, match=r"2 GPU\(s\) per job, but only \['0'\] are lent"):
+        fanout.LocalExecutor(progress=False, gpus=("0",), gpus_per_job=2).run([])

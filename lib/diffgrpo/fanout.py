@@ -97,12 +97,19 @@ def check_graph(jobs: Sequence[NotebookJob]) -> None:
 class LocalExecutor:
     """``workers`` notebook executions at a time on this machine: of the jobs ready to start,
     the earliest stage first, then the highest :meth:`NotebookJob.rank`, then the list's order. Each job writes its
-    output beside its notebook (``<name>.log``)."""
+    output beside its notebook (``<name>.log``).
+
+    ``gpus``: the GPU ids this machine lends to the study (on a node with several GPUs). A job
+    of a stage that runs the model (:data:`GPU_STAGES`) then starts only when ``gpus_per_job``
+    of them are free and sees only those (``CUDA_VISIBLE_DEVICES``), so ``workers`` jobs run at
+    once each on its own GPU(s) rather than all on ``cuda:0``; the others see none."""
 
     workers: int = 1
     kernel: str | None = None
     progress: bool = True
     poll_s: float = 0.2
+    gpus: tuple[str, ...] = ()
+    gpus_per_job: int = 1
 
     def run(self, jobs: Sequence[NotebookJob],
             on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
@@ -117,18 +124,27 @@ class LocalExecutor:
         bar = tqdm(total=len(jobs), desc=f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
         shown = ""  # the running jobs the bar names, redrawn only when they change
         parent = os.getpid()
+        if self.gpus and len(self.gpus) < self.gpus_per_job:
+            raise ValueError(f"{self.gpus_per_job} GPU(s) per job, but only {list(self.gpus)} are lent to the study")
+        free = list(self.gpus)
+        held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
-                    candidates = [j for j in pending if set(j.after) <= done]
+                    candidates = [j for j in pending if set(j.after) <= done
+                                  and (not self.gpus or j.stage not in GPU_STAGES or len(free) >= self.gpus_per_job)]
                     if not candidates:
                         break
                     ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
+                    env = {**os.environ, DIE_WITH_ENV: str(parent)}
+                    if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
+                        held[ready.name] = [free.pop(0) for _ in range(self.gpus_per_job)] \
+                            if ready.stage in GPU_STAGES else []
+                        env[VISIBLE_GPUS_ENV] = ",".join(held[ready.name])
                     log = open(ready.log_path, "w")
-                    proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT,
-                                            env={**os.environ, DIE_WITH_ENV: str(parent)})
+                    proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT, env=env)
                     running[ready.name] = (proc, time.perf_counter(), log)
                 if not running:
                     break  # a job failed: nothing more starts
@@ -139,6 +155,7 @@ class LocalExecutor:
                         continue
                     log.close()
                     del running[name]
+                    free.extend(held.pop(name, []))
                     if proc.returncode == 0:
                         done.add(name)
                         seconds[name] = round(time.perf_counter() - t0, 1)
@@ -161,6 +178,22 @@ class LocalExecutor:
             more = f"; not started: {len(skipped)} job(s)" if skipped else ""
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
+
+
+#: the stages that load the model (the select and analyze stages never do)
+GPU_STAGES = ("01_probe", "03_train", "04_evaluate")
+VISIBLE_GPUS_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU
+    torch sees (none on a CPU machine)."""
+    listed = os.environ.get(VISIBLE_GPUS_ENV)
+    if listed is not None:
+        return tuple(g.strip() for g in listed.split(",") if g.strip())
+    import torch  # only for a cuda study: the runner does not load torch otherwise
+
+    return tuple(str(i) for i in range(torch.cuda.device_count()))
 
 
 def _stage_order(stage: str) -> int:

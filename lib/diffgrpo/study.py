@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-from . import artifacts, cluster, data, layout, params, plan, select, slurm
+from . import artifacts, cluster, data, fanout, layout, params, plan, select, slurm
 from .fanout import Executor, LocalExecutor, NotebookJob
 from .notebooks import STAGES, NotebookParameterError, StageFailed
 from .tasks import TaskError
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_status(todo, place)
     if args.executor == "local":
         workers = max(c.workers for c, _ in studies)
-        return run_studies(studies, todo, owner, LocalExecutor(workers=workers, kernel=args.kernel),
+        gpus = fanout.visible_gpus() if any(c.model.device == "cuda" for c, _ in studies) else ()
+        return run_studies(studies, todo, owner, LocalExecutor(workers=workers, kernel=args.kernel, gpus=gpus),
                            f"{workers} at a time")
     executor = slurm.SlurmExecutor(place, kernel=args.kernel, detach=args.detach)
     if args.detach:
