@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import policies, rewards
 from .params_files import (DEFAULTS_FILE, ParamsError, closest, expand, load_plugin, merge, overrides_mapping,
-                           params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, with_includes)
+                           params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, unknown_key,
+                           with_includes)
 from .cluster import ClusterConfig
 from .cluster import check as check_cluster
 from .reports import PAPERS
@@ -235,6 +236,12 @@ class ArmConfig(_Section):
     def reward_weights(self) -> dict[str, float]:
         return {self.reward: 1.0} if isinstance(self.reward, str) else dict(self.reward)
 
+    def budget(self, study: SelectConfig) -> tuple[float | None, int | None]:
+        """(budget_frac, budget_count): the arm's own when it sets either, else the study's."""
+        if self.budget_frac is not None or self.budget_count is not None:
+            return self.budget_frac, self.budget_count
+        return study.budget_frac, study.budget_count
+
     @property
     def is_control(self) -> bool:
         """Trains on something other than the verifier's reward alone (drawn apart in reports)."""
@@ -372,10 +379,8 @@ def _explain(err: ValidationError, data: dict, where) -> str:
     e = next((e for e in errors if e["type"] == "extra_forbidden"), None)
     if e is not None:
         key, parent = _dotted(e["loc"]), _dotted(e["loc"][:-1])
-        known = sorted(_model_at(e["loc"][:-1]).model_fields)
-        hint = closest(str(e["loc"][-1]), known)
-        return (f"{where(key)}: unknown key `{key}`" + (f" (did you mean `{parent + '.' if parent else ''}{hint}`?)"
-                                                       if hint else "") + f"; known keys here: {known}")
+        return unknown_key(where(key), f"{parent}." if parent else "", str(e["loc"][-1]),
+                           _model_at(e["loc"][:-1]).model_fields)
     missing = [e for e in errors if e["type"] == "missing"]
     if missing:
         parent = _dotted(missing[0]["loc"][:-1])
@@ -569,7 +574,7 @@ def _check_arms(cfg: Config, fail) -> None:
 def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:
     """A budget that selects no prompt or more than the pool, named with the key that sets it."""
     own = a.budget_frac is not None or a.budget_count is not None
-    frac, count = (a.budget_frac, a.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
+    frac, count = a.budget(cfg.select)
     key = "arms" if own else ("select.budget_count" if count is not None else "select.budget_frac")
     what = f"{where}: " if own else f"(arm {a.name}) "
     pool = cfg.dataset.pool_size

@@ -207,9 +207,7 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
         known = set(cls.model_fields) | ({"include"} if not prefix else set())
         for key in layer:
             if key not in known:
-                hint = closest(str(key), known)
-                raise ParamsError(f"{where}: unknown key `{prefix}{key}`" + (f" (did you mean `{prefix}{hint}`?)"
-                                  if hint else "") + f"; known keys here: {sorted(known)}")
+                raise ParamsError(unknown_key(where, prefix, str(key), known))
     out = dict(base)
     for key, value in layer.items():
         if key == "include" and not prefix:
@@ -222,6 +220,13 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
             out[key] = value
             origin[dotted] = where
     return out
+
+
+def unknown_key(where: str, prefix: str, key: str, known) -> str:
+    """One line for a key the schema does not know: the file, the dotted key, a did-you-mean."""
+    hint = closest(key, known)
+    return (f"{where}: unknown key `{prefix}{key}`" + (f" (did you mean `{prefix}{hint}`?)" if hint else "")
+            + f"; known keys here: {sorted(known)}")
 
 
 def section_at(schema: type[BaseModel], prefix: str) -> type[BaseModel] | None:

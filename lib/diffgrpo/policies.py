@@ -27,6 +27,7 @@ D_l per EPRLI level).
 from __future__ import annotations
 
 import inspect
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,8 +156,6 @@ def levels(prompts, n, rng, levels=(), levels_seed=0):
     without replacement) from those whose p_hat lies in ``level.p_hat`` (inclusive) or whose
     tier is in ``level.tiers``; a prompt belongs to the first level that draws it. Rows in level
     order, with a ``level`` column (the level's name)."""
-    import zlib
-
     if not levels:
         raise SelectionError("policy `levels` needs eprli.levels")
     taken: set = set()

@@ -57,7 +57,6 @@ class Reward:
     name: str
     fn: Callable[..., list[float]]
     key: Callable[[pd.DataFrame, int], dict] | None  # (selection rows, seed) -> what enters the run key
-    origin: str
 
     def run_key(self, rows: pd.DataFrame, seed: int) -> dict[str, Any] | None:
         if self.name == VERIFIER:
@@ -76,7 +75,7 @@ def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = Non
     its rewards besides the name (the control arm's mean and seed)."""
 
     def deco(fn):
-        _REWARDS.add(name, Reward(name, fn, key, getattr(fn, "__module__", "?")), fn)
+        _REWARDS.add(name, Reward(name, fn, key), fn)
         return fn
 
     return deco

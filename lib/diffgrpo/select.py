@@ -51,9 +51,7 @@ def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int | None:
     budget_count when it sets either, else the study's ``select.*``."""
     if not policies.get(arm.select).budgeted:
         return None
-    own = arm.budget_frac is not None or arm.budget_count is not None
-    frac, count = (arm.budget_frac, arm.budget_count) if own else (cfg.select.budget_frac, cfg.select.budget_count)
-    return budget(pool_size, frac, count)
+    return budget(pool_size, *arm.budget(cfg.select))
 
 
 def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: int | None = None) -> pd.DataFrame:
@@ -61,7 +59,7 @@ def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: i
     options = {"max_tier": arm.max_tier if arm.max_tier is not None else cfg.select.max_tier,
                "tier_bins": cfg.select.tier_bins, "levels": cfg.eprli.levels, "levels_seed": cfg.eprli.seed}
     sel = select(prompts, arm.select, arm_budget(cfg, arm, len(prompts)), cfg.select.seed, train_seed=train_seed,
-                 **options, **arm.options)
+                 **{**options, **arm.options})  # an arm's own option (a plugin policy's max_tier) wins
     return sel.assign(strategy=arm.name)
 
 
