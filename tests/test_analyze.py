@@ -278,7 +278,7 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "confounds", "003"}  # analyze.reports: ["003"]
+                            "confounds", "test_difficulty", "003"}  # analyze.reports: ["003"]
     # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
     assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
                                             "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}

@@ -44,7 +44,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from . import figures, layout, reports, select
+from . import figures, layout, probe, reports, select
+from . import test_difficulty as td
 from .reports import grid
 from .artifacts import ArtifactError, read_json, read_parquet, save_figure, write_csv, write_json, write_text
 from .params import Config
@@ -281,6 +282,14 @@ class Scores:
         self.runs = {k: pd.DataFrame({step: np.asarray(v, float)}, index=self.prompts) for k, v in final.items()}
         return self
 
+    def subset(self, mask: np.ndarray) -> "Scores":
+        """The same runs on the test prompts where ``mask`` is true."""
+        mask = np.asarray(mask, bool)
+        out = Scores.__new__(Scores)
+        out.prompts, out.base = self.prompts[mask], self.base[mask]
+        out.runs = {k: v.loc[out.prompts] for k, v in self.runs.items()}
+        return out
+
     def seeds(self, strategy: str) -> list[int]:
         return sorted(seed for s, seed in self.runs if s == strategy)
 
@@ -411,6 +420,36 @@ def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, 
 
 
 
+def test_difficulty_report(cfg: Config, out: Path, scores: Scores, selections: pd.DataFrame,
+                           control: list[str]) -> dict | None:
+    """With ``probe.test``: every arm's gain per test-difficulty bin (``test_bins.*``,
+    ``fig_test_bins.png``) and on the test prompts of its own training difficulty beside the
+    common test set (``matched_test.*``, ``fig_matched_test.png``: 003's released code), and the
+    spread between the first and last arm under both (:mod:`diffgrpo.test_difficulty`)."""
+    test_probe = probe.read_test_prompts(cfg)
+    if test_probe is None:
+        return None
+    n_boot, seed, edges = cfg.analyze.bootstrap, cfg.analyze.seed, cfg.analyze.test_bins
+    p_hat = td.test_p_hat(test_probe, scores.prompts)
+    bins = td.by_bin(scores, p_hat, edges, n_boot, seed)
+    write_csv(out / "test_bins.csv", bins.round(DIGITS))
+    write_text(out / "test_bins.md", f"# Gain per test-difficulty bin (points, {cfg.analyze.metric}): the test prompts "
+               f"binned by the base model's p_hat (K={cfg.probe.k}); 95% interval over the bin's test prompts and "
+               "seeds\n\n" + markdown(bins.round(DIGITS)))
+    save_figure(figures.plot_test_bins(bins), out / "fig_test_bins.png")
+    table, dists = td.matched(scores, p_hat, td.training_ranges(selections), n_boot, seed)
+    sp = td.spread(scores, table, dists, control, n_boot, seed)
+    line = td.verdict(sp)
+    write_csv(out / "matched_test.csv", table.round(DIGITS))
+    write_text(out / "matched_test.md", "# Each arm scored on the common test set and on the test prompts of its own "
+               "training difficulty (p_hat within the range of its training prompts' p_hat), as 003's released code "
+               f"scored its arms (points, {cfg.analyze.metric}; 95% intervals)\n\n" + markdown(table.round(DIGITS))
+               + f"\n\n{line}\n")
+    save_figure(figures.plot_matched_test(table), out / "fig_matched_test.png")
+    return {"bins": bins.round(DIGITS).to_dict("records"), "matched": table.round(DIGITS).to_dict("records"),
+            "spread": sp, "verdict": line, "edges": edges, "k": cfg.probe.k}
+
+
 def report(cfg: Config) -> dict:
     """Read the study's files, write every table, figure and ``summary.json`` to
     ``layout.report_dir(cfg)``, and return the summary.
@@ -495,6 +534,8 @@ def report(cfg: Config) -> dict:
     if not steps.empty:
         save_figure(figures.plot_confounds(steps), out / "fig_length.png")
 
+    by_difficulty = test_difficulty_report(cfg, out, scores, selections, control)
+
     line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts, control)
     summary = {
         "metric": metric,
@@ -530,6 +571,7 @@ def report(cfg: Config) -> dict:
                                    f"({seeds - 1} df)") if seeds > 1 else "percentile (test prompts)",
                       "max_resamples": MAX_REFINE * cfg.analyze.bootstrap},
         "eval_sets": cfg.eval_set_names(),
+        "test_difficulty": by_difficulty,
     }
     study = StudyReport(cfg=cfg, out=out, metric=metric, runs=runs, manifests=complete, evals=evals, tiers=tiers,
                         set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms, pairs=pairs, rep=rep,

@@ -143,6 +143,51 @@ def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
 
 
 
+def plot_test_bins(bins: pd.DataFrame) -> Figure:
+    """Gain per test-difficulty bin: grouped bars per arm with their 95% intervals; each bin
+    labelled with its number of test prompts."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    data = bins.dropna(subset=["gain_pp"]) if "gain_pp" in bins else bins.iloc[0:0]
+    labels = list(dict.fromkeys(bins["bin"]))
+    strategies = strategy_order(data["strategy"])
+    width = 0.8 / max(len(strategies), 1)
+    colors = _colors(strategies)
+    for i, s in enumerate(strategies):
+        d = data[data["strategy"] == s].set_index("bin").reindex(labels)
+        x = np.arange(len(labels)) + i * width
+        err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
+        ax.bar(x, d["gain_pp"], width, yerr=err, capsize=2, color=colors[s], label=s)
+    n = bins.drop_duplicates("bin").set_index("bin")["n_prompts"]
+    ax.set_xticks(np.arange(len(labels)) + width * (len(strategies) - 1) / 2,
+                  [f"p_hat {b}\n{int(n[b])} prompts" for b in labels])
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="base model's p_hat on the test prompt (probe.test)", ylabel="gain (points)",
+           title="Gain by test-prompt difficulty (95% intervals)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_matched_test(table: pd.DataFrame) -> Figure:
+    """Each arm's gain on the common test set and on the test prompts of its own training
+    difficulty (003's released code), with 95% intervals."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    data = table.dropna(subset=["gain_pp"])
+    strategies = strategy_order(data["strategy"])
+    for j, (scoring, marker) in enumerate((("common", "o"), ("matched", "s"))):
+        d = data[data["scoring"] == scoring].set_index("strategy").reindex(strategies)
+        x = np.arange(len(strategies)) + (j - 0.5) * 0.25
+        err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
+        ax.errorbar(x, d["gain_pp"], yerr=err, fmt=marker, capsize=3,
+                    label={"common": "common test set", "matched": "test prompts of its training difficulty"}[scoring])
+    ax.set_xticks(np.arange(len(strategies)), strategies)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(ylabel="gain (points)", title="Gain scored two ways (95% intervals)")
+    ax.legend(fontsize="small")
+    return fig
+
+
 def plot_confounds(steps: pd.DataFrame) -> Figure:
     """Completion length and truncation rate by training step, one line per arm (mean over
     seeds, a rolling mean over 5 steps): a length change that comes with a gain is a confound."""

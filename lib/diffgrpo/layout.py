@@ -64,11 +64,12 @@ def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
             "splits": [d.train_split, d.test_split], "sizes": [d.pool_size, d.test_size], "seed": cfg.seed}
 
 
-def probe_key(cfg: Config) -> dict[str, Any]:
-    """Everything that decides a probe's result: a probe is reused only when all match."""
+def probe_key(cfg: Config, role: str = "pool") -> dict[str, Any]:
+    """Everything that decides a probe's result: a probe is reused only when all match. ``role``:
+    the training pool ("pool") or the held-out test set ("test", with ``probe.test``)."""
     return artifacts.jsonable({
         "model": model_identity(cfg),
-        "rows": rows_identity(cfg, "pool"),
+        "rows": rows_identity(cfg, role),
         "k": cfg.probe.k,
         "one_sample": cfg.probe.one_sample,
         "sampling": cfg.probe.sampling.model_dump(),
@@ -141,9 +142,10 @@ def key_hash(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def probe_dir(cfg: Config) -> Path:
-    key = probe_key(cfg)
-    name = f"{cfg.dataset.task}-{key['rows']['split']}-k{cfg.probe.k}-{key_hash(key)}"
+def probe_dir(cfg: Config, role: str = "pool") -> Path:
+    """The probe of the pool, or (``role`` "test") of the held-out test set."""
+    key = probe_key(cfg, role)
+    name = f"{cfg.dataset.task}-{'' if role == 'pool' else 'test-'}{key['rows']['split']}-k{cfg.probe.k}-{key_hash(key)}"
     return artifacts.inside_outputs(study_dir(cfg) / "probe" / cfg.model.name / name, "model.name")
 
 

@@ -83,6 +83,7 @@ class ProbeConfig(_Section):
     sampling: SamplingConfig
     one_sample: bool
     seed: NonNegInt
+    test: bool
 
 
 class SelectConfig(_Section):
@@ -215,6 +216,7 @@ class AnalyzeConfig(_Section):
     compare: list[str]
     bootstrap: Annotated[int, Field(ge=100)]
     seed: NonNegInt
+    test_bins: list[Frac]
 
 
 class ArmConfig(_Section):
@@ -522,6 +524,9 @@ def _check_consistent(cfg: Config, where) -> None:
     _check_levels(cfg, fail)
     if any(r not in PAPERS for r in cfg.analyze.reports) or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
         fail("analyze.reports", f"= {cfg.analyze.reports}: each of {list(PAPERS)} at most once")
+    bins = cfg.analyze.test_bins
+    if len(bins) < 2 or bins[0] != 0.0 or bins[-1] != 1.0 or any(a >= b for a, b in zip(bins, bins[1:])):
+        fail("analyze.test_bins", f"= {bins}: p_hat edges from 0.0 to 1.0, increasing (e.g. [0.0, 0.3, 0.7, 1.0])")
     if len(set(cfg.analyze.compare)) != len(cfg.analyze.compare):
         fail("analyze.compare", f"= {cfg.analyze.compare} names a study more than once")
     for entry in cfg.analyze.compare:

@@ -20,8 +20,9 @@ it returns the selected rows, in training-rank order. Register your own in a plu
 Built in (paper 003 section 2.3, blog 001, paper 000, paper 002): ``hard`` / ``easy`` (lowest /
 highest p_hat), ``middle`` (nearest the median, inside the interquartile range), ``random``
 (drawn anew per training seed), ``base_wrong`` / ``base_right`` (+ ``_matched``: cut to the
-smaller one's size), ``all``, ``tiers`` (tier <= max_tier) and ``levels`` (paper 002's data
-D_l per EPRLI level).
+smaller one's size), ``all``, ``p_hat_band`` (every prompt with p_hat in [low, high]: 003's
+released code), ``tiers`` (tier <= max_tier) and ``levels`` (paper 002's data D_l per EPRLI
+level).
 """
 
 from __future__ import annotations
@@ -139,6 +140,20 @@ def base_right_matched(prompts, n, rng):
 @register("all")
 def all_prompts(prompts, n, rng):
     return prompts
+
+
+@register("p_hat_band")
+def p_hat_band(prompts, n, rng, low=0.0, high=1.0):
+    """Every prompt whose p_hat lies in [``low``, ``high``] (inclusive), in pool order: a whole
+    difficulty bucket, as 003's released code selects (``p_hat <= 0.3`` on shuffled objects:
+    ``low: 0, high: 0.3``; one exact bucket on GSM8K: ``low = high``), not a budget."""
+    if not 0.0 <= low <= high <= 1.0:
+        raise SelectionError(f"p_hat_band: options low = {low}, high = {high}; need 0 <= low <= high <= 1")
+    p = prompts["p_hat"].to_numpy(dtype=float)
+    band = prompts[(p >= low - 1e-9) & (p <= high + 1e-9)]
+    if band.empty:
+        raise SelectionError(f"p_hat_band: no pool prompt has p_hat in [{low}, {high}]; widen the band")
+    return band
 
 
 @register("tiers")

@@ -10,6 +10,9 @@ options, split, pool size, K, sampling settings, seed: see :func:`layout.probe_k
 probe of one model is never reused to select data for another. It is resumable: completions
 are written in chunks and an interrupted probe continues at the first missing chunk.
 
+With ``probe.test`` the held-out test set is probed the same way, in a folder of its own
+(``<task>-test-<split>-k<K>-<hash>``): the report then reads each test prompt's difficulty.
+
 Files: ``samples.parquet`` (prompt_id, sample, completion, correct, num_tokens, finished),
 ``prompts.parquet`` (id, tier, k, n_correct, p_hat, mean_tokens, base_correct),
 ``one_sample.parquet`` and ``manifest.json``.
@@ -17,6 +20,7 @@ Files: ``samples.parquet`` (prompt_id, sample, completion, correct, num_tokens, 
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -48,13 +52,18 @@ def per_prompt(rows: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFram
 
 
 def run_probe(cfg: Config, progress: bool = True) -> Path:
-    """Probe the pool (resuming if interrupted); return the probe folder."""
+    """Probe the pool (resuming if interrupted), and with ``probe.test`` the held-out test set
+    too; return the pool's probe folder."""
+    generator = functools.cache(lambda: load_generator(cfg, batch_size=cfg.probe.sampling.batch_size))  # one model
+    if cfg.probe.test:
+        with artifacts.exclusive(layout.probe_dir(cfg, "test")):
+            _run_probe(cfg, layout.probe_dir(cfg, "test"), progress, "test", generator)
     out_dir = layout.probe_dir(cfg)
     with artifacts.exclusive(out_dir):
-        return _run_probe(cfg, out_dir, progress)
+        return _run_probe(cfg, out_dir, progress, "pool", generator)
 
 
-def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
+def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator) -> Path:
     manifest = out_dir / "manifest.json"
     try:
         m = artifacts.read_manifest(manifest, "01_probe")
@@ -68,18 +77,19 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
             return out_dir
         log.warning("%s: %s damaged since the probe finished; rebuilding from its chunks", out_dir, bad)
         manifest.unlink()
-    key = layout.probe_key(cfg)
-    rows = data.load_pool(cfg)
+    key = layout.probe_key(cfg, role)
+    rows = data.load_pool(cfg) if role == "pool" else data.load_test(cfg)
+    one_sample = cfg.probe.one_sample and role == "pool"
     task = data.task_of(cfg)
-    gen = load_generator(cfg, batch_size=cfg.probe.sampling.batch_size)
+    gen = generator()
     s = cfg.probe.sampling
     samples = sample_and_score(
         gen, task, rows, n=cfg.probe.k, temperature=s.temperature, top_p=s.top_p,
         max_new_tokens=s.max_new_tokens, seed=cfg.probe.seed, work_dir=out_dir / "work" / "samples",
-        key=key, progress=progress, desc=f"probe K={cfg.probe.k}",
+        key=key, progress=progress, desc=f"probe K={cfg.probe.k}" + ("" if role == "pool" else " (test set)"),
     )
     prompts = per_prompt(rows, samples, cfg.probe.k)
-    if cfg.probe.one_sample:
+    if one_sample:
         one = sample_and_score(
             gen, task, rows, n=1, temperature=0.0, top_p=1.0, max_new_tokens=s.max_new_tokens,
             seed=cfg.probe.seed, work_dir=out_dir / "work" / "one_sample", key=key,
@@ -92,9 +102,9 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool) -> Path:
     artifacts.write_parquet(out_dir / "samples.parquet", samples)
     artifacts.write_parquet(out_dir / "prompts.parquet", prompts)
     artifacts.write_text(out_dir / "params.yaml", params.dump(cfg))
-    files = ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if cfg.probe.one_sample else [])
+    files = ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if one_sample else [])
     artifacts.write_json(manifest, {
-        "complete": True, "key": key, "n_prompts": len(prompts), "k": cfg.probe.k,
+        "complete": True, "key": key, "role": role, "n_prompts": len(prompts), "k": cfg.probe.k,
         "mean_p_hat": round(float(prompts["p_hat"].mean()), 4), "files": files,
         "sha256": artifacts.digests(out_dir, files),
     })
@@ -109,6 +119,18 @@ def read_prompts(cfg: Config) -> pd.DataFrame:
             f"{path}: no probe for model {cfg.model.name!r} on {cfg.dataset.task!r} with these settings; "
             "run the probe stage (01_probe) first"
         )
+    return artifacts.read_parquet(path, "01_probe")
+
+
+def read_test_prompts(cfg: Config) -> pd.DataFrame | None:
+    """The base model's per-prompt success rate on the held-out test set (``probe.test``), or
+    None when the study does not probe it."""
+    if not cfg.probe.test:
+        return None
+    path = layout.probe_dir(cfg, "test") / "prompts.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: probe.test is on but the test set is not probed yet; run the probe stage "
+                                "(01_probe) first")
     return artifacts.read_parquet(path, "01_probe")
 
 
