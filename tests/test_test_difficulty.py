@@ -134,3 +134,53 @@ def test_the_real_probe_of_the_test_set_is_keyed_apart_from_the_pool_s(tmp_path,
     assert len(probe.read_prompts(cfg)) == 16
     manifest = json.loads((layout.probe_dir(cfg, "test") / "manifest.json").read_text())
     assert manifest["role"] == "test" and manifest["key"]["rows"]["role"] == "test"
+
+
+# ---- paper 003 as its released code ran --------------------------------------------------
+
+
+def test_the_released_code_layer_composes_with_a_model_and_dataset_file():
+    cfg = params.load("paper003_released_code_gsm8k_qwen3_4b")
+    assert (cfg.model.name, cfg.dataset.task) == ("qwen3-4b", "gsm8k")  # from paper003_gsm8k_qwen3_4b.yaml
+    assert cfg.probe.k == 10 and cfg.probe.test and cfg.analyze.metric == "pass@1"  # the layer, last, wins
+    assert [(a.name, a.select, a.options) for a in cfg.arms[:3]] == [
+        ("hard", "p_hat_band", {"low": 0.0, "high": 0.3}), ("middle", "p_hat_band", {"low": 0.4, "high": 0.6}),
+        ("easy", "p_hat_band", {"low": 0.7, "high": 1.0})]
+    assert cfg.train.trl["adam_beta2"] == 0.99 and cfg.train.learning_rate == 5e-6
+    # the same layer on the embedded default (a different model and task) loads as well
+    embedded = params.load("embedded", "paper003_released_code")
+    assert embedded.dataset.task == "shuffled_objects" and embedded.arms[0].select == "p_hat_band"
+
+
+def test_gsm8k_released_code_prompt_and_strict_scorer():
+    from diffgrpo.tasks import get
+    from diffgrpo.tasks.gsm8k import strict_boxed_int
+
+    default, code = get("gsm8k"), get("gsm8k", prompt="released_code", scorer="strict_boxed_int")
+    assert default.describe() == {"name": "gsm8k"}  # keys of studies that set no option are unchanged
+    assert code.describe() == {"name": "gsm8k", "prompt": "released_code", "scorer": "strict_boxed_int"}
+    assert strict_boxed_int(r"first \boxed{3}, then \boxed{18}") == 18
+    assert [strict_boxed_int(t) for t in (r"\boxed{1,600}", r"\boxed{18.0}", r"\boxed{\$18}", "18")] == [None] * 4
+    assert code.score(r"so \boxed{1600}", "1,600") == 1.0  # the gold's comma is removed, as the code does
+    assert code.score(r"so \boxed{1,600}", "1,600") == 0.0 and default.score(r"so \boxed{1,600}", "1,600") == 1.0
+    assert code.score("#### 18", "18") == 0.0 and default.score("#### 18", "18") == 1.0
+    row = code.load("test", source="offline").iloc[0]
+    assert row["prompt"] == [{"role": "user", "content": row["question"] + ".\nPut your final answer within \\boxed{}."}]
+    assert default.load("test", source="offline").iloc[0]["prompt"][0]["role"] == "system"
+    with pytest.raises(Exception, match="task_options.scorer = 'loose'"):
+        get("gsm8k", scorer="loose")
+
+
+def test_the_plan_counts_the_test_set_s_probe():
+    from diffgrpo import plan, study
+
+    def probe_row(cfg):
+        table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))
+        return table[table["stage"] == "01_probe"].iloc[0]
+
+    off = params.load("tiny", overrides={"probe.test": False})
+    on = off.replace(**{"probe.test": True})
+    k, pool, test = off.probe.k, off.dataset.pool_size, off.dataset.test_size
+    assert probe_row(off)["completions"] == pool * (k + 1)  # K samples + the one-sample probe
+    assert probe_row(on)["completions"] == pool * (k + 1) + test * k
+    assert probe_row(on)["prompts"] == pool + test

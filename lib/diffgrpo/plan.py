@@ -522,12 +522,14 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
         if job.stage == "01_probe":
             p = cfg.probe
             n = split_rows(cfg, "pool")
-            per = p.k + (1 if p.one_sample else 0)
+            n_test = split_rows(cfg, "test") if p.test else 0  # probe.test: the held-out set too, K each
+            completions = n * (p.k + (1 if p.one_sample else 0)) + n_test * p.k
             mem = generation_memory(cfg, shape, gpu, p.sampling.batch_size, prompt, p.sampling.max_new_tokens, False)
-            times = [_decode_seconds(cfg, shape, gpu, n * per, prompt, p.sampling.max_new_tokens,
+            times = [_decode_seconds(cfg, shape, gpu, completions, prompt, p.sampling.max_new_tokens,
                                      cfg.generation.backend, _gen_batch(cfg, p.sampling.batch_size), e) for e in (0, 1)]
             times = [x + _start(cfg, e, 1) for e, x in enumerate(times)]
-            row.update(prompts=n, completions=n * per, tokens_generated=n * per * p.sampling.max_new_tokens,
+            row.update(prompts=n + n_test, completions=completions,
+                       tokens_generated=completions * p.sampling.max_new_tokens,
                        tokens_trained=0, **_gen_columns(mem), pass_="generation")
         elif job.stage == "04_evaluate":
             models = 1 if arm == layout.BASE_RUN else checkpoints(cfg, arm)

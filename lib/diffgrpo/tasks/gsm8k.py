@@ -11,6 +11,8 @@ the hub and the offline copy share; a local file keeps those ids only if it keep
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from .. import offline
@@ -33,12 +35,60 @@ SYSTEM = (
 )
 
 
+#: paper 003's released code (github Pikus16/grpo_difficulty, gsm8k/gsm8k_utils.py,
+#: ``format_single_question_qwen``): one user turn, the question, a full stop, the instruction
+RELEASED_CODE_USER = "{question}.\nPut your final answer within \\boxed{{}}."
+_STRICT_BOX = re.compile(r"\\boxed\{(.*?)\}")
+
+
+def strict_boxed_int(completion: str) -> int | None:
+    """Paper 003's released scorer (gsm8k_utils.py, ``extract_boxed_content``): the last
+    ``\\boxed{...}`` up to its first closing brace, read by ``int()``; anything else (a comma,
+    a decimal point, a unit, no box) is None, i.e. wrong."""
+    found = _STRICT_BOX.findall(completion)
+    try:
+        return int(found[-1])
+    except (IndexError, ValueError):
+        return None
+
+
 @register
 class GSM8K(NumericTask):
     """Columns: id, prompt, answer (the number after ``####``, as written: "1,600", "-3"),
-    tier (None), question, solution (the reference reasoning)."""
+    tier (None), question, solution (the reference reasoning).
+
+    Options: ``prompt`` "system" (default: a system turn asking for "#### N") or
+    "released_code" (003's released code: one user turn, "Put your final answer within
+    \\boxed{}."); ``scorer`` "lenient" (default: the final number however it is written,
+    :func:`extract_number`) or "strict_boxed_int" (003's released code: the last box read by
+    ``int()``). Only options that differ from the defaults enter the task's identity, so the
+    keys of studies that set none are unchanged."""
 
     name = "gsm8k"
+    PROMPTS = ("system", "released_code")
+    SCORERS = ("lenient", "strict_boxed_int")
+
+    def __init__(self, prompt: str = "system", scorer: str = "lenient") -> None:
+        if prompt not in self.PROMPTS:
+            raise TaskError(f"gsm8k: task_options.prompt = {prompt!r}; one of {list(self.PROMPTS)}")
+        if scorer not in self.SCORERS:
+            raise TaskError(f"gsm8k: task_options.scorer = {scorer!r}; one of {list(self.SCORERS)}")
+        self.prompt, self.scorer = prompt, scorer
+
+    def describe(self) -> dict:
+        return {"name": self.name, **({"prompt": self.prompt} if self.prompt != "system" else {}),
+                **({"scorer": self.scorer} if self.scorer != "lenient" else {})}
+
+    def extract(self, completion: str) -> str | None:
+        if self.scorer == "strict_boxed_int":
+            got = strict_boxed_int(completion)
+            return None if got is None else str(got)
+        return super().extract(completion)
+
+    def normalize_gold(self, answer: str) -> str:
+        if self.scorer == "strict_boxed_int":  # the code's gold: int() of the answer with commas removed
+            return str(int(answer.strip().replace(",", "")))
+        return super().normalize_gold(answer)
 
     def load(self, split: str, source: str | None = None) -> pd.DataFrame:
         self.check_split(split)
@@ -51,7 +101,7 @@ class GSM8K(NumericTask):
         df = pd.DataFrame(
             {
                 "id": [f"gsm8k/{split}/{i:05d}" for i in range(len(raw))],
-                "prompt": [_prompt(q) for q in raw["question"]],
+                "prompt": [self._prompt(q) for q in raw["question"]],
                 "answer": solution.str.rsplit("####", n=1).str[1].str.strip(),
                 "tier": None,
                 "question": raw["question"],
@@ -61,9 +111,12 @@ class GSM8K(NumericTask):
         df.attrs["source"] = where
         return validate_rows(df, where)
 
+    def _prompt(self, question: str) -> list[dict[str, str]]:
+        if self.prompt == "released_code":
+            return [{"role": "user", "content": RELEASED_CODE_USER.format(question=question)}]
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
-def _prompt(question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
 
 
 def _hub(split: str) -> pd.DataFrame:
