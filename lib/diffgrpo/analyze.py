@@ -31,6 +31,9 @@ Choices where the papers are vague:
   (``ArmConfig.is_control``): Figure 3's fit leaves it out (it is drawn apart, labelled) and
   its contrasts form their own Holm family (:mod:`diffgrpo.uncertainty`).
 - ``analyze.bootstrap`` resamples, drawn from ``analyze.seed``; both are in ``summary.json``.
+- with ``probe.test`` (the base model probed on the test set too): every arm's gain per
+  test-difficulty bin, and on the test prompts of its own training difficulty beside the common
+  test set, as 003's released code scored its arms (:mod:`diffgrpo.test_difficulty`).
 """
 
 from __future__ import annotations
@@ -462,7 +465,8 @@ def report(cfg: Config) -> dict:
     was resampled, the interval's method), ``regression`` (over the verifier-reward arms, with
     ``r2_ci95`` over arms then seeds, ``r2_arm_means``, ``excluded``), ``paper_regression``,
     ``best`` (None unless its lead excludes 0), ``verdict``, ``metric``, ``skipped``,
-    ``eval_sets``; then one section per
+    ``eval_sets``, ``test_difficulty`` (None without ``probe.test``: ``bins``, ``matched``,
+    ``spread``, ``verdict``); then one section per
     paper of ``analyze.reports``, named after it (``"003"``, ``"001"``, ``"000"``:
     :mod:`diffgrpo.reports`). ``paper_tables.md`` lists every number all four papers report,
     as the reference sheet.
