@@ -275,6 +275,30 @@ NAMED_ARMS: dict[str, dict[str, Any]] = {
     "eprli_dynamic": {"select": "levels", "train": {"dynamic_sampling": {"enabled": True}}},
 }
 
+#: training treatments any arm can take: a bare name ``<arm>_<treatment>`` is the arm (a named
+#: arm or a policy) with the treatment's train.* settings on top of its own, e.g. ``hard_dr_grpo``
+TREATMENTS: dict[str, dict[str, Any]] = {
+    # Dr. GRPO (Liu et al. 2025, arXiv:2503.20783; 003 appendix A.5 names it as a robustness
+    # check): no std scaling of the advantage (r - mean(r)) and the token losses summed and
+    # divided by a constant, not by each completion's length (TRL 1.16: loss_type dr_grpo divides
+    # by rows x max_completion_length; scale_rewards none skips the division by the group's std)
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+}
+
+
+def bare_arm(name: str) -> dict[str, Any]:
+    """What a bare arm name stands for: a named arm (:data:`NAMED_ARMS`), an arm with a
+    treatment (``<arm>_<treatment>``, :data:`TREATMENTS`; a registered policy of that full name
+    comes first), else the policy of that name, ``{name: <n>, select: <n>}``."""
+    if name in NAMED_ARMS:
+        return {"name": name, **NAMED_ARMS[name]}
+    for treatment, settings in TREATMENTS.items():
+        base = name.removesuffix(f"_{treatment}")
+        if base and base != name and name not in policies.names():
+            arm = bare_arm(base)
+            return {**arm, "name": name, "train": {**arm.get("train", {}), **settings}}
+    return {"name": name, "select": name}
+
 
 class Config(_Section):
     study: str
@@ -300,7 +324,7 @@ class Config(_Section):
     def _bare_arm_names(cls, value):
         if not isinstance(value, list):
             return value
-        return [{"name": v, **NAMED_ARMS.get(v, {"select": v})} if isinstance(v, str) else v for v in value]
+        return [bare_arm(v) if isinstance(v, str) else v for v in value]
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
@@ -573,7 +597,8 @@ def _check_arms(cfg: Config, fail) -> None:
                          "at most 100 characters, and not `base` (it names the arm's folders; `-` separates the seed)")
         if a.select not in policies.names():
             fail("arms", f"{where}: unknown selection policy {a.select!r}; registered: {policies.names()}; named arms: "
-                         f"{list(NAMED_ARMS)}. Your own policy goes in a plugin file listed in `plugins:` "
+                         f"{list(NAMED_ARMS)}; treatments (`<arm>_<treatment>`): {list(TREATMENTS)}. Your own policy goes in a "
+                         "plugin file listed in `plugins:` "
                          "(docs/extending.md)")
         policy = policies.get(a.select)
         unknown = [r for r in a.reward_weights if r not in rewards.names()]
