@@ -573,6 +573,9 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             m, w = mems[worst], works[worst]
             times = [sum(_train_seconds(acfg, shape, gpu, x, prompt, e) for x in works) for e in (0, 1)]
             notes = []
+            if (acfg.train.epochs is not None and select.arm_budget(cfg, cfg.arm(arm), split_rows(cfg, "pool")) is None
+                    and not select.selection_path(cfg, arm, cfg.train.seeds[0]).exists()):
+                notes.append("train.epochs over the whole pool: an upper bound until 02_select sizes the arm's set")
             if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
                 notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "
                              "(the trainer refuses it today: curriculum.check_levels_fit)")
