@@ -244,6 +244,8 @@ def test_steps_resolve_per_arm_from_epochs_over_its_own_selection():
     assert cfg.run_steps("hard", 100) == 26 and cfg.run_steps("lower", 494) == 124
     assert cfg.run_steps("short", 1000) == 63  # half of 125 updates, rounded up
     assert cfg.run_steps("hard", 8) == 2 and cfg.run_steps("hard", 9) == 4  # a part batch is an update
+    # one generated batch feeds num_iterations updates: a pass is that many more steps
+    assert cfg.replace(**{"train.num_iterations": 2}).run_steps("hard", 100) == 52
     with pytest.raises(ParamsError, match=r"train.epochs = 2 counts passes over a run's selection.*02_select"):
         cfg.run_steps("hard", None)
     steps = params.load("embedded")

@@ -678,7 +678,7 @@ def test_eprli_a_damaged_level_record_sets_the_interrupted_run_aside(eprli_cfg, 
 # ---- budgets in epochs, the Dr. GRPO treatment (issue 19) --------------------------------------
 def test_a_study_in_epochs_trains_each_arm_one_pass_over_its_own_selection(make_cfg):
     """hard selects 8 prompts and easy 3; at 2 prompts a step, one epoch is 4 updates of hard
-    and 2 of easy (the last tops up from the next pass): each run stops at its own length, and
+    and 2 of easy (the second is the next pass's first batch): each run stops at its own length, and
     the evaluate stage finds each finished at it."""
     from diffgrpo import evaluate, select
 

@@ -117,7 +117,8 @@ class TrainConfig(_Section):
     seeds: list[NonNegInt]
     max_steps: PosInt | None = Field(description="a run's update steps; null: train.epochs decides them")
     epochs: Annotated[float, Field(gt=0.0)] | None = Field(
-        description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step)); "
+        description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step) x "
+                    "num_iterations); "
                     "null: train.max_steps decides them")
     prompts_per_step: PosInt
     group_size: Annotated[int, Field(ge=2)]
@@ -157,8 +158,11 @@ class TrainConfig(_Section):
 
     def steps(self, n_selected: int | None) -> int:
         """The update steps of a run that trains on ``n_selected`` prompts: ``max_steps``, or
-        ``epochs`` passes over them, ``ceil(epochs x ceil(n_selected / prompts_per_step))`` (an
-        epoch's last update tops up its batch from the next pass). The one place a run's length
+        ``epochs`` passes over them, ``ceil(epochs x ceil(n_selected / prompts_per_step) x
+        num_iterations)`` (one generated batch of ``prompts_per_step`` prompts feeds
+        ``num_iterations`` updates). TRL's sampler drops a pass's last partial batch and
+        reshuffles for the next, so with ``n_selected`` not a multiple of ``prompts_per_step``
+        the pass's last update takes the next pass's first batch. The one place a run's length
         is decided; an arm's: :meth:`Config.run_steps`."""
         if self.max_steps is not None:
             return self.max_steps
@@ -168,7 +172,7 @@ class TrainConfig(_Section):
             raise ParamsError(f"train.epochs = {self.epochs:g} counts passes over a run's selection, whose size is "
                               f"{'not known here' if n_selected is None else n_selected}; run the select stage "
                               "(02_select) first, or set train.max_steps")
-        per_epoch = math.ceil(n_selected / self.prompts_per_step)
+        per_epoch = math.ceil(n_selected / self.prompts_per_step) * self.num_iterations
         return max(1, math.ceil(self.epochs * per_epoch - 1e-9))
 
 
