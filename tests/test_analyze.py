@@ -264,7 +264,8 @@ def test_steps_to_match_has_an_interval_over_test_prompts_and_can_fall_below_100
     scores = analyze.Scores.of(np.full(n, 0.4), {
         ("all", 0): _curve(all_acc, n, rng),
         ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.64, 50: 0.68}, n, rng),
-        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.58, 50: 0.60}, n, rng)})
+        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.58, 50: 0.60}, n, rng),
+        ("never", 0): _curve({10: 0.42, 20: 0.45}, n, rng)})
     curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
                            for (s, _), df in scores.runs.items() for st in df.columns])
     gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [13.0], "ci_high": [27.0]})
@@ -279,6 +280,11 @@ def test_steps_to_match_has_an_interval_over_test_prompts_and_can_fall_below_100
     # reaching the target only at its last checkpoint, by a hair: often never in a resample
     close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot)
     assert close["frac_of_steps"] == 0.5 and 0.2 < close["p_never"] < 0.8 and close["ci95"][1] is None
+    assert f"[{close['ci95'][0]:.0%}, not reached]" in paper000.describe(close)
+    # never reaching it: no step, and an interval that never crosses either
+    never = paper000.steps_to_match(curves, gained, "never", "all", 10, scores, boot)
+    assert never["step"] is None and never["ci95"] == [None, None] and never["p_never"] == 1.0
+    assert "never reaches" in paper000.describe(never) and "[not reached, not reached]" in paper000.describe(never)
     # the interval is the study bootstrap's: the same resamples give the same interval
     assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0))[
         "ci95"] == out["ci95"]

@@ -107,6 +107,21 @@ def steps_to_match(curves: pd.DataFrame, arms: pd.DataFrame, lower: str | None, 
     return out
 
 
+def describe(match: dict) -> str:
+    """steps_to_match in words, with its interval (an end where the resample never crosses:
+    "not reached")."""
+    def pct(v):
+        return "not reached" if v is None else f"{v:.0%}"
+
+    ci = match["ci95"]
+    ci_text = "" if ci is None else (f", 95% interval over {match['interval_over']} [{pct(ci[0])}, {pct(ci[1])}]; "
+                                     f"the lower-tier arm never reaches the target in {match['p_never']:.0%} of resamples")
+    if match["reason"] is not None:
+        return f"not reported: {match['reason']}{ci_text}"
+    return (f"{match['frac_of_steps']:.0%} of the all-tier arm's steps (step {match['step']} of "
+            f"{match['all_final_step']}; the lower-tier arm trained {match['lower_final_step']}){ci_text}")
+
+
 def tier_rows(tiers: pd.DataFrame, evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per arm and tier: the base model's accuracy and the arm's final one (mean over seeds)."""
     per_tier = tier_accuracy(tiers, evals, metric)
@@ -142,16 +157,9 @@ def write(study) -> dict:
     transfer = transfer_rows(cfg, study.set_evals, metric)
     study.write_table("table_tiers_000", f"Accuracy per tier ({metric}, held-out test set): the base model and each "
                       "arm's final checkpoint (paper 000: gains plateau on the hardest tiers)", tiers.round(4))
-    ci = match["ci95"]
-    ci_text = "" if ci is None else (f", 95% interval over {match['interval_over']} [{ci[0]:.0%}, "
-                                     + (f"{ci[1]:.0%}]" if ci[1] is not None else "not reached]")
-                                     + f"; the lower-tier arm never reaches it in {match['p_never']:.0%} of resamples")
-    value = (f"{match['frac_of_steps']:.0%} of the all-tier arm's steps (step {match['step']} of "
-             f"{match['all_final_step']}; the lower-tier arm trained {match['lower_final_step']}){ci_text}"
-             if match["reason"] is None else f"not reported: {match['reason']}{ci_text}")
     study.write_table("steps_to_match", "Steps the lower-tier arm needs to match the all-tier arm (paper 000: about 45%)",
                       pd.DataFrame([{k: v for k, v in match.items() if k not in ("definition", "interval_over")}]),
-                      note=f"Definition: {DEFINITION}. Ours: {value}.")
+                      note=f"Definition: {DEFINITION}. Ours: {describe(match)}.")
     study.write_table("transfer_000", f"Transfer ({metric}, final checkpoints): every arm on every evaluation set "
                       "besides the held-out test set (paper 000: GSM8K-trained beats MATH-trained on MATH numeric "
                       "by about 5 points at 1.5B, 3 at 3B)", transfer.round(4))
