@@ -167,9 +167,9 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     m = artifacts.read_manifest(path, "03_train")
     if m.get("status") != "complete" or (m.get("steps_done") != max_steps and not m.get("budget_spent")):
         raise RuntimeError(
-            f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
-            f"train.max_steps = {max_steps} steps, or as many as train.epochs gives its selection); rerun the train stage (03_train), which resumes it, "
-            "before evaluating")
+            f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of its {max_steps} "
+            "steps: train.max_steps, or train.epochs passes over its selection); rerun the train stage (03_train), "
+            "which resumes it, before evaluating")
     bad = runs.run_damaged(run_dir, m)
     if bad:  # a truncated adapter would fail to load naming no file, or score another model
         raise artifacts.ArtifactError(
