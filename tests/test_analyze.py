@@ -246,6 +246,50 @@ def test_steps_to_match_the_all_run_only_where_the_data_support_it():
     assert missing["step"] is None and "policy `all`" in missing["reason"]
 
 
+def _curve(accs: dict[int, float], n: int, rng) -> dict[int, np.ndarray]:
+    """Per-prompt 0/1 scores with exactly these accuracies by step, the correct prompts drawn anew each step."""
+    out = {}
+    for step, acc in accs.items():
+        v = np.zeros(n)
+        v[rng.permutation(n)[:round(acc * n)]] = 1.0
+        out[step] = v
+    return out
+
+
+def test_steps_to_match_has_an_interval_over_test_prompts_and_can_fall_below_100_percent():
+    """Trained in epochs, the lower-tier arm's run (half the prompts) ends at step 50 of the
+    all-tier arm's 100; it crosses the all-tier arm's final accuracy at step 40."""
+    n, rng = 400, np.random.default_rng(0)
+    all_acc = {s: 0.4 + 0.2 * s / 100 for s in range(10, 101, 10)}
+    scores = analyze.Scores.of(np.full(n, 0.4), {
+        ("all", 0): _curve(all_acc, n, rng),
+        ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.64, 50: 0.68}, n, rng),
+        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.58, 50: 0.60}, n, rng),
+        ("never", 0): _curve({10: 0.42, 20: 0.45}, n, rng)})
+    curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
+                           for (s, _), df in scores.runs.items() for st in df.columns])
+    gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [13.0], "ci_high": [27.0]})
+    boot = uncertainty.Bootstrap(n, 1000, 0)
+    out = paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, boot)
+    assert (out["step"], out["frac_of_steps"], out["lower_final_step"], out["all_final_step"]) == (40, 0.4, 50, 100)
+    lo, hi = out["ci95"]
+    assert lo <= 0.4 <= hi <= 0.5 and lo >= 0.3  # below 100%: the lower-tier run is half as long
+    assert out["p_never"] < 0.025 and "test prompts" in out["interval_over"]
+    # resampled values only: every end is a checkpoint's fraction
+    assert {round(lo * 100), round(hi * 100)} <= {10, 20, 30, 40, 50}
+    # reaching the target only at its last checkpoint, by a hair: often never in a resample
+    close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot)
+    assert close["frac_of_steps"] == 0.5 and 0.2 < close["p_never"] < 0.8 and close["ci95"][1] is None
+    assert f"[{close['ci95'][0]:.0%}, not reached]" in paper000.describe(close)
+    # never reaching it: no step, and an interval that never crosses either
+    never = paper000.steps_to_match(curves, gained, "never", "all", 10, scores, boot)
+    assert never["step"] is None and never["ci95"] == [None, None] and never["p_never"] == 1.0
+    assert "never reaches" in paper000.describe(never) and "[not reached, not reached]" in paper000.describe(never)
+    # the interval is the study bootstrap's: the same resamples give the same interval
+    assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0))[
+        "ci95"] == out["ci95"]
+
+
 def test_tiers_and_selections(study):
     root = layout.study_dir(study)
     ids = ["easy-seed0", "easy-seed1", "hard-seed0", "hard-seed1"]

@@ -98,7 +98,7 @@ def test_an_unfinished_run_is_not_evaluated(cfg):
     manifest = layout.run_dir(cfg, "hard", 0) / "manifest.json"
     m = json.loads(manifest.read_text())
     artifacts.write_json(manifest, {**m, "status": "running", "steps_done": 1})  # a killed train
-    with pytest.raises(RuntimeError, match=r"not finished \(status 'running', 1 of train.max_steps = 2.*03_train"):
+    with pytest.raises(RuntimeError, match=r"not finished \(status 'running', 1 of its 2 steps: train.max_steps.*03_train"):
         evaluate.evaluate_run(cfg, "hard", 0, progress=False)
 
 

@@ -231,3 +231,43 @@ def test_new_train_options_keep_the_keys_of_runs_that_do_not_use_them(monkeypatc
     for override in ({"train.dynamic_sampling.enabled": True}, {"train.length_reward.weight": 0.5},
                      {"train.max_completions": 100}):
         assert key(cfg.replace(**override)) != key(cfg)
+
+
+# ---- budgets in steps or epochs (issue 19) ---------------------------------------------------
+def test_steps_resolve_per_arm_from_epochs_over_its_own_selection():
+    from diffgrpo import layout
+
+    cfg = params.load("embedded", overrides={"train.max_steps": None, "train.epochs": 2, "arms": [
+        "hard", {"name": "lower", "select": "tiers", "max_tier": 4},
+        {"name": "short", "select": "all", "train": {"epochs": 0.5}}]})
+    # prompts_per_step 8: an epoch of 100 prompts is 13 updates, of 494 is 62
+    assert cfg.run_steps("hard", 100) == 26 and cfg.run_steps("lower", 494) == 124
+    assert cfg.run_steps("short", 1000) == 63  # half of 125 updates, rounded up
+    assert cfg.run_steps("hard", 8) == 2 and cfg.run_steps("hard", 9) == 4  # a part batch is an update
+    # one generated batch feeds num_iterations updates: a pass is that many more steps
+    assert cfg.replace(**{"train.num_iterations": 2}).run_steps("hard", 100) == 52
+    with pytest.raises(ParamsError, match=r"train.epochs = 2 counts passes over a run's selection.*02_select"):
+        cfg.run_steps("hard", None)
+    steps = params.load("embedded")
+    assert steps.run_steps("hard", 100) == steps.run_steps("hard", None) == steps.train.max_steps == 30
+    # how far a run goes is out of its key, in steps or in epochs: a run may be extended either way
+    assert layout.run_key(cfg, ["x"]) == layout.run_key(steps, ["x"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"train.epochs": 1}, r"`train.epochs` = 1 and train.max_steps = 30 are both set; exactly one .* `max_steps: null`"),
+    ({"train.max_steps": None}, r"`train.max_steps` and train.epochs are both null; set one"),
+    ({"train.max_steps": None, "train.epochs": 0}, r"`train.epochs` = 0 is out of range"),
+    ({"train.max_steps": None, "train.epochs": 1, "arms": [{"name": "h", "select": "hard", "train": {"max_steps": 5}}]},
+     r"arms\[0\] \(h\): its train settings do not validate: .*both set"),
+    ({"train.trl": {"num_train_epochs": 2}}, r"`train.trl.num_train_epochs` is set by diffgrpo from train.epochs"),
+])
+def test_steps_and_epochs_exactly_one_of_them(overrides, message):
+    with pytest.raises(ParamsError, match=message):
+        params.load("embedded", overrides=overrides)
+
+
+def test_epochs_cannot_size_the_eprli_levels():
+    with pytest.raises(ParamsError, match=r"eprli.levels` set their own steps \(they add up to 60\); train.max_steps "
+                                          r"must be that sum, not train.epochs = 1"):
+        params.load("paper002_embedded", overrides={"train.max_steps": None, "train.epochs": 1})

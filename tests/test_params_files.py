@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import transformers
 import pytest
+import yaml
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, params, params_files, policies, select, tasks, train
+from diffgrpo import data, devices, params, params_files, plan, policies, select, tasks, train
 from diffgrpo.params import TEST_SET
 
 FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
@@ -43,13 +44,15 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
             assert cfg.select.tier_bins, f"{name}: arm {arm.name} needs tiers: the task has none, and no tier_bins"
         if arm.select.startswith("base_"):
             assert cfg.probe.one_sample, f"{name}: arm {arm.name} needs probe.one_sample"
+        n = plan.selected_prompts(cfg, arm.name)  # its budget, or the pool (what train.epochs counts passes over)
         for seed in cfg.train.seeds:
-            args = GRPOConfig(**train.grpo_kwargs(acfg, seed, tmp_path / arm.name))
+            args = GRPOConfig(**train.grpo_kwargs(acfg, seed, tmp_path / arm.name, 1, train.run_levels(acfg, None, n)[0]))
             b = devices.batching(acfg.train.prompts_per_step, acfg.train.group_size, 1, acfg.train.per_device_prompts)
             assert args.per_device_train_batch_size * args.gradient_accumulation_steps == (
                 acfg.train.prompts_per_step * acfg.train.group_size) == b.per_device_train_batch_size * b.gradient_accumulation_steps
             assert (args.beta, args.loss_type, args.learning_rate, args.max_steps) == (
-                acfg.train.beta, acfg.train.loss_type, acfg.train.learning_rate, acfg.train.max_steps)
+                acfg.train.beta, acfg.train.loss_type, acfg.train.learning_rate, cfg.run_steps(arm.name, n))
+            assert args.scale_rewards == acfg.train.scale_rewards
         lora = train.lora_config(acfg)
         assert isinstance(lora, LoraConfig) and lora.r == acfg.train.lora.r
     for eval_set in cfg.eval_set_names():
@@ -62,6 +65,25 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
             assert scfg is cfg
     assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.reports", fromlist=["PAPERS"]).PAPERS)
     assert cfg.dataset.task in tasks.names()
+
+
+PAPER_FILES = [f for f in FILES if f.startswith(("paper", "embedded"))]
+
+
+@pytest.mark.parametrize("name", PAPER_FILES)
+def test_every_paper_file_states_its_advantage_formula_with_its_source(name):
+    """The advantage (scale_rewards) and the loss's aggregation (loss_type) are chosen in each
+    paper's file, with a comment naming the paper's section or why it deviates, never inherited
+    silently (issue 19: 003's A.4 has no std scaling; defaults.yaml and TRL scale by it)."""
+    text = (params.params_dir() / name).read_text()
+    train_section = yaml.safe_load(text).get("train") or {}
+    assert {"loss_type", "scale_rewards"} <= set(train_section), f"{name} does not state them under train:"
+    for key in ("loss_type", "scale_rewards"):
+        line = next(line for line in text.splitlines() if line.startswith(f"  {key}:"))
+        assert "#" in line and any(w in line for w in ("00", "DEVIATES", "released", "(ours)")), line
+    cfg = params.load(name)
+    if name.startswith("paper003") and name != "paper003_released_code.yaml":
+        assert (cfg.train.loss_type, cfg.train.scale_rewards) == ("grpo", "none")  # 003 appendix A.4
 
 
 def _trace_tokens(cfg: params.Config) -> int | None:

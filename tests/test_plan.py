@@ -130,3 +130,17 @@ def test_a_model_without_a_config_is_named():
 def test_vllm_lora_rank_is_the_smallest_allowed_at_or_above_the_arms():
     assert plan.vllm_lora_rank(params.load("tiny")) == 8  # r 4 is not a rank vLLM accepts
     assert plan.vllm_lora_rank(params.load("paper003_gsm8k_qwen3_4b")) == 32
+
+
+def test_a_study_in_epochs_is_planned_per_arm_from_its_selection_size():
+    """Before 02_select: a budgeted arm's steps are its budget's epochs, a set-defined policy's
+    the whole pool's (an upper bound); checkpoints to score follow the arm's own steps."""
+    cfg = params.load("paper000_gsm8k_qwen2.5_1.5b", overrides={
+        "train.max_steps": None, "train.epochs": 1, "arms": ["hard", "all"], "select.budget_frac": 0.1})
+    pool = plan.split_rows(cfg, "pool")
+    per_step = cfg.train.prompts_per_step
+    assert plan.run_steps(cfg, "hard") == -(-(pool // 10) // per_step)
+    assert plan.run_steps(cfg, "all") == -(-pool // per_step)
+    assert [w.steps for w in plan.train_work(cfg, "all")] == [plan.run_steps(cfg, "all")]
+    save = cfg.train.save_steps
+    assert plan.checkpoints(cfg, "hard") == -(-plan.run_steps(cfg, "hard") // save)

@@ -673,3 +673,48 @@ def test_eprli_a_damaged_level_record_sets_the_interrupted_run_aside(eprli_cfg, 
     assert manifest["status"] == "complete" and [r["level"] for r in manifest["levels"]] == ["easy", "hard"]
     assert "levels/1-easy/level.json" in manifest["sha256"]
     pd.testing.assert_frame_equal(pd.read_parquet(run / "groups.parquet"), reference)
+
+
+# ---- budgets in epochs, the Dr. GRPO treatment (issue 19) --------------------------------------
+def test_a_study_in_epochs_trains_each_arm_one_pass_over_its_own_selection(make_cfg):
+    """hard selects 8 prompts and easy 3; at 2 prompts a step, one epoch is 4 updates of hard
+    and 2 of easy (the second is the next pass's first batch): each run stops at its own length, and
+    the evaluate stage finds each finished at it."""
+    from diffgrpo import evaluate, select
+
+    cfg = make_cfg(n_select=8, max_steps=None, epochs=1, save_steps=3)
+    pool = tasks.get(EvenLength.name, **TASK_OPTIONS).load("train")
+    artifacts.write_parquet(layout.selection_file(cfg, "easy"), pd.DataFrame({"id": pool["id"][8:11], "p_hat": 0.9}))
+    assert (select.run_steps(cfg, "hard", 0), select.run_steps(cfg, "easy", 0)) == (4, 2)
+    for arm, steps in (("hard", 4), ("easy", 2)):
+        run = train.train_run(cfg, arm, seed=0, progress=False)
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert (manifest["status"], manifest["steps_done"], manifest["max_steps"]) == ("complete", steps, steps)
+        assert json.loads((run / "trl_config.json").read_text())["grpo"]["max_steps"] == steps
+        assert sorted(layout.list_checkpoints(run / "checkpoints")) == sorted({3, steps} & set(range(1, steps + 1)))
+        assert evaluate.check_finished(run, select.run_steps(cfg, arm, 0))["steps_done"] == steps
+    with pytest.raises(RuntimeError, match=r"not finished \(status 'complete', 2 of"):  # as if it were 4
+        evaluate.check_finished(layout.run_dir(cfg, "easy", 0), 4)
+
+
+def test_the_dr_grpo_treatment_builds_its_grpo_config_and_enters_the_run_key(tmp_path):
+    """``hard_dr_grpo`` = hard with Dr. GRPO's objective: TRL's loss_type dr_grpo (token losses
+    over a constant) and no std scaling of the advantage; its runs are keyed apart from hard's."""
+    from trl import GRPOConfig
+
+    from diffgrpo.models import quiet_renamed_arguments
+
+    cfg = params.load("embedded", overrides={"arms": ["hard", "hard_dr_grpo", "random_reward_dr_grpo"]})
+    dr = cfg.arm("hard_dr_grpo")
+    assert (dr.select, dr.reward, dr.train) == ("hard", "verifier", {"loss_type": "dr_grpo", "scale_rewards": "none"})
+    assert cfg.arm("random_reward_dr_grpo").reward == "bernoulli_control"  # a named arm takes the treatment too
+    args = {}
+    for arm in ("hard", "hard_dr_grpo"):
+        acfg = cfg.for_arm(arm)
+        with quiet_renamed_arguments():
+            args[arm] = GRPOConfig(**train.grpo_kwargs(acfg, 0, tmp_path / arm))
+    assert (args["hard_dr_grpo"].loss_type, args["hard_dr_grpo"].scale_rewards) == ("dr_grpo", "none")
+    assert (args["hard"].loss_type, args["hard"].scale_rewards) == ("grpo", cfg.train.scale_rewards) == ("grpo", "group")
+    hard_key, dr_key = (layout.run_key(cfg.for_arm(a), ["x"]) for a in ("hard", "hard_dr_grpo"))
+    assert (dr_key["train"]["loss_type"], dr_key["train"]["scale_rewards"]) == ("dr_grpo", "none")
+    assert {k for k in dr_key["train"] if dr_key["train"][k] != hard_key["train"][k]} == {"loss_type", "scale_rewards"}

@@ -277,12 +277,15 @@ class Scores:
             self.runs[strategy, int(seed)] = scores.reindex(self.prompts)
 
     @classmethod
-    def of(cls, base: np.ndarray, final: dict[tuple[str, int], np.ndarray], step: int = 1) -> "Scores":
-        """Scores from arrays (base: per prompt; final: per (strategy, seed), per prompt at ``step``)."""
+    def of(cls, base: np.ndarray, final: dict[tuple[str, int], np.ndarray | dict[int, np.ndarray]],
+           step: int = 1) -> "Scores":
+        """Scores from arrays (base: per prompt; final: per (strategy, seed), per prompt at ``step``,
+        or a curve: {step: per prompt})."""
         self = cls.__new__(cls)
         self.prompts = pd.Index([f"t{i}" for i in range(len(base))], name="prompt_id")
         self.base = np.asarray(base, float)
-        self.runs = {k: pd.DataFrame({step: np.asarray(v, float)}, index=self.prompts) for k, v in final.items()}
+        self.runs = {k: pd.DataFrame({s: np.asarray(x, float) for s, x in (v if isinstance(v, dict) else {step: v}).items()},
+                                     index=self.prompts) for k, v in final.items()}
         return self
 
     def subset(self, mask: np.ndarray) -> "Scores":
@@ -346,6 +349,8 @@ class StudyReport:
     regression: dict            # Figure 3's fit over our runs (those that train on the verifier's reward)
     over: str                   # what the intervals resample, in words
     control: list[str] = dataclasses.field(default_factory=list)  # arms not trained on the verifier's reward
+    scores: Scores | None = None  # every run's per-prompt scores by checkpoint (intervals of a report's own numbers)
+    boot: Bootstrap | None = None  # the test-prompt resamples every interval of the study shares
 
     @property
     def label(self) -> dict:
@@ -579,7 +584,7 @@ def report(cfg: Config) -> dict:
     }
     study = StudyReport(cfg=cfg, out=out, metric=metric, runs=runs, manifests=complete, evals=evals, tiers=tiers,
                         set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms, pairs=pairs, rep=rep,
-                        regression=regression, over=over, control=control)
+                        regression=regression, over=over, control=control, scores=scores, boot=boot)
     for paper in cfg.analyze.reports:
         summary[paper] = reports.get(paper).write(study)
     if cfg.analyze.compare:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import artifacts, data, layout, runs
+from . import artifacts, data, layout, runs, select
 from .generation import LazyGenerator
 from .params import TEST_SET, Config
 from .sampling import load_generator, sample_and_score
@@ -158,17 +158,18 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
 
 
 def check_finished(run_dir: Path, max_steps: int) -> dict:
-    """Refuse to score a run that is not finished: a killed or running train leaves
-    checkpoints that look like a result and are not the study's."""
+    """Refuse to score a run that is not finished (``max_steps``: the run's steps,
+    :func:`diffgrpo.select.run_steps`): a killed or running train leaves checkpoints that look
+    like a result and are not the study's."""
     path = run_dir / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
     m = artifacts.read_manifest(path, "03_train")
     if m.get("status") != "complete" or (m.get("steps_done") != max_steps and not m.get("budget_spent")):
         raise RuntimeError(
-            f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of "
-            f"train.max_steps = {max_steps} steps); rerun the train stage (03_train), which resumes it, "
-            "before evaluating")
+            f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of its {max_steps} "
+            "steps: train.max_steps, or train.epochs passes over its selection); rerun the train stage (03_train), "
+            "which resumes it, before evaluating")
     bad = runs.run_damaged(run_dir, m)
     if bad:  # a truncated adapter would fail to load naming no file, or score another model
         raise artifacts.ArtifactError(
@@ -181,7 +182,7 @@ def evaluate_run(cfg: Config, strategy: str, seed: int, eval_set: str = TEST_SET
     """Every checkpoint of one (arm, seed) run (or only the last, with evaluate.checkpoints =
     final) on evaluation set ``eval_set`` (default: the held-out test set)."""
     run_dir = layout.run_dir(cfg, strategy, seed)
-    trained = check_finished(run_dir, cfg.for_arm(strategy).train.max_steps)
+    trained = check_finished(run_dir, select.run_steps(cfg, strategy, seed))
     steps: dict[int, Path | None] = dict(checkpoints(run_dir))
     if cfg.evaluate.checkpoints == "final":
         last = max(steps)

@@ -78,9 +78,9 @@ def probe_key(cfg: Config, role: str = "pool") -> dict[str, Any]:
     })
 
 
-#: train.* keys out of a run's key: how far it goes (a finished run may be extended), the seeds
+#: train.* keys out of a run's key: how far it goes (max_steps or epochs: a finished run may be extended), the seeds
 #: (each run has its own) and where its metrics are also sent; every other key decides the result
-NOT_IN_RUN_KEY = ("max_steps", "seeds", "trl", "report_to")
+NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to")
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,

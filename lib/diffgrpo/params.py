@@ -116,7 +116,11 @@ class TrainConfig(_Section):
     of TRL's ``GRPOConfig`` options through, checked against its fields."""
 
     seeds: list[NonNegInt]
-    max_steps: PosInt
+    max_steps: PosInt | None = Field(description="a run's update steps; null: train.epochs decides them")
+    epochs: Annotated[float, Field(gt=0.0)] | None = Field(
+        description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step) x "
+                    "num_iterations); "
+                    "null: train.max_steps decides them")
     prompts_per_step: PosInt
     group_size: Annotated[int, Field(ge=2)]
     learning_rate: NonNeg
@@ -152,6 +156,25 @@ class TrainConfig(_Section):
     length_reward: LengthRewardParams
     max_completions: PosInt | None
     trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
+
+    def steps(self, n_selected: int | None) -> int:
+        """The update steps of a run that trains on ``n_selected`` prompts: ``max_steps``, or
+        ``epochs`` passes over them, ``ceil(epochs x ceil(n_selected / prompts_per_step) x
+        num_iterations)`` (one generated batch of ``prompts_per_step`` prompts feeds
+        ``num_iterations`` updates). TRL's sampler drops a pass's last partial batch and
+        reshuffles for the next, so with ``n_selected`` not a multiple of ``prompts_per_step``
+        the pass's last update takes the next pass's first batch. The one place a run's length
+        is decided; an arm's: :meth:`Config.run_steps`."""
+        if self.max_steps is not None:
+            return self.max_steps
+        if self.epochs is None:  # refused at load (_check_consistent); a hand-built config may still have it
+            raise ParamsError("train.max_steps and train.epochs are both null; set one")
+        if n_selected is None or n_selected < 1:
+            raise ParamsError(f"train.epochs = {self.epochs:g} counts passes over a run's selection, whose size is "
+                              f"{'not known here' if n_selected is None else n_selected}; run the select stage "
+                              "(02_select) first, or set train.max_steps")
+        per_epoch = math.ceil(n_selected / self.prompts_per_step) * self.num_iterations
+        return max(1, math.ceil(self.epochs * per_epoch - 1e-9))
 
 
 class LevelParams(_Section):
@@ -258,6 +281,30 @@ NAMED_ARMS: dict[str, dict[str, Any]] = {
     "eprli_dynamic": {"select": "levels", "train": {"dynamic_sampling": {"enabled": True}}},
 }
 
+#: training treatments any arm can take: a bare name ``<arm>_<treatment>`` is the arm (a named
+#: arm or a policy) with the treatment's train.* settings on top of its own, e.g. ``hard_dr_grpo``
+TREATMENTS: dict[str, dict[str, Any]] = {
+    # Dr. GRPO (Liu et al. 2025, arXiv:2503.20783; 003 appendix A.5 names it as a robustness
+    # check): no std scaling of the advantage (r - mean(r)) and the token losses summed and
+    # divided by a constant, not by each completion's length (TRL 1.16: loss_type dr_grpo divides
+    # by rows x max_completion_length; scale_rewards none skips the division by the group's std)
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+}
+
+
+def bare_arm(name: str) -> dict[str, Any]:
+    """What a bare arm name stands for: a named arm (:data:`NAMED_ARMS`), an arm with a
+    treatment (``<arm>_<treatment>``, :data:`TREATMENTS`; a registered policy of that full name
+    comes first), else the policy of that name, ``{name: <n>, select: <n>}``."""
+    if name in NAMED_ARMS:
+        return {"name": name, **NAMED_ARMS[name]}
+    for treatment, settings in TREATMENTS.items():
+        base = name.removesuffix(f"_{treatment}")
+        if base and base != name and name not in policies.names():
+            arm = bare_arm(base)
+            return {**arm, "name": name, "train": {**arm.get("train", {}), **settings}}
+    return {"name": name, "select": name}
+
 
 class Config(_Section):
     study: str
@@ -283,7 +330,7 @@ class Config(_Section):
     def _bare_arm_names(cls, value):
         if not isinstance(value, list):
             return value
-        return [{"name": v, **NAMED_ARMS.get(v, {"select": v})} if isinstance(v, str) else v for v in value]
+        return [bare_arm(v) if isinstance(v, str) else v for v in value]
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
@@ -306,6 +353,13 @@ class Config(_Section):
         if not arm.train:
             return self
         return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}])
+
+    def run_steps(self, arm: str, n_selected: int | None) -> int:
+        """The update steps of one run of ``arm`` whose selection holds ``n_selected`` prompts:
+        the arm's ``train.max_steps``, or its ``train.epochs`` passes over its own selection
+        (:meth:`TrainConfig.steps`), so an arm with a smaller set trains fewer steps an epoch.
+        Every reader of a run's length (training, the finished check, the plan) asks here."""
+        return self.for_arm(arm).train.steps(n_selected)
 
     def eval_set_names(self) -> list[str]:
         """``test`` (the training task's held-out set), then ``evaluate.sets`` in order."""
@@ -441,7 +495,8 @@ def dump(cfg: Config) -> str:
 #: GRPOConfig options diffgrpo derives from its own keys (besides those of the same name in
 #: ``train``); every other option may be passed through ``train.trl``, its fixed choices too
 DERIVED_GRPO_OPTIONS = {
-    "num_generations": "train.group_size", "max_steps": "train.max_steps (or the level's steps)",
+    "num_generations": "train.group_size", "max_steps": "train.max_steps or train.epochs (or the level's steps)",
+    "num_train_epochs": "train.epochs (as steps: Config.run_steps)",
     "per_device_train_batch_size": "train.prompts_per_step and train.per_device_prompts",
     "gradient_accumulation_steps": "train.prompts_per_step and train.per_device_prompts",
     "steps_per_generation": "train.prompts_per_step and train.per_device_prompts",
@@ -516,6 +571,7 @@ def _check_consistent(cfg: Config, where) -> None:
             fail(key, f"lists {dup} more than once; each run must have its own folder and one writer")
     if cfg.select.budget_frac is None and cfg.select.budget_count is None:
         fail("select.budget_frac", "and select.budget_count are both null; set one")
+    _check_budget_in_steps_or_epochs(cfg.train, fail)
     bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
@@ -550,7 +606,8 @@ def _check_arms(cfg: Config, fail) -> None:
                          "at most 100 characters, and not `base` (it names the arm's folders; `-` separates the seed)")
         if a.select not in policies.names():
             fail("arms", f"{where}: unknown selection policy {a.select!r}; registered: {policies.names()}; named arms: "
-                         f"{list(NAMED_ARMS)}. Your own policy goes in a plugin file listed in `plugins:` "
+                         f"{list(NAMED_ARMS)}; treatments (`<arm>_<treatment>`): {list(TREATMENTS)}. Your own policy goes in a "
+                         "plugin file listed in `plugins:` "
                          "(docs/extending.md)")
         policy = policies.get(a.select)
         unknown = [r for r in a.reward_weights if r not in rewards.names()]
@@ -574,6 +631,16 @@ def _check_arms(cfg: Config, fail) -> None:
             fail("arms", f"{where}: its train settings do not validate: {err}")
         if policy.budgeted and cfg.dataset.pool_size is not None:
             _check_budget(cfg, a, arm_cfg.train.prompts_per_step, where, fail)
+
+
+def _check_budget_in_steps_or_epochs(t: TrainConfig, fail) -> None:
+    """Exactly one of train.max_steps and train.epochs decides a run's steps."""
+    if t.max_steps is not None and t.epochs is not None:
+        fail("train.epochs", f"= {t.epochs:g} and train.max_steps = {t.max_steps} are both set; exactly one decides a "
+                             "run's steps: set `max_steps: null` to train in epochs, or `epochs: null` to train in steps")
+    if t.max_steps is None and t.epochs is None:
+        fail("train.max_steps", "and train.epochs are both null; set one (a number of update steps, or of passes "
+                                "over each arm's selection)")
 
 
 def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:
@@ -635,6 +702,9 @@ def _check_levels(cfg: Config, fail) -> None:
         if lv.tiers is not None and not lv.tiers:
             fail(f"{key}.tiers", "is empty")
     total = sum(lv.steps for lv in levels)
+    if cfg.train.max_steps is None:
+        fail("eprli.levels", f"set their own steps (they add up to {total}); train.max_steps must be that sum, not "
+                             f"train.epochs = {cfg.train.epochs:g}: set `train.max_steps: {total}` and `train.epochs: null`")
     if total != cfg.train.max_steps:
         fail("eprli.levels", f"steps add up to {total}, not train.max_steps = {cfg.train.max_steps}; a run's steps "
                              "are its levels' steps")

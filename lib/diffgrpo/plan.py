@@ -54,7 +54,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import data, devices, layout
+from . import artifacts, data, devices, layout, select
 from .curriculum import run_levels
 from .params import Config, ParamsError
 
@@ -332,13 +332,33 @@ class TrainWork:
         return min(n, self.max_completions) if self.max_completions is not None else n
 
 
+def selected_prompts(cfg: Config, arm: str) -> int:
+    """The prompts a run of ``arm`` trains on, as the plan counts them: its selection's once
+    02_select has written it, else its budget (a budgeted policy), else the whole pool (an upper
+    bound for a policy defined by a set, e.g. tiers)."""
+    path = select.selection_path(cfg, arm, cfg.train.seeds[0])
+    if path.exists():
+        return len(artifacts.read_parquet(path, "02_select"))
+    pool = split_rows(cfg, "pool")
+    n = select.arm_budget(cfg, cfg.arm(arm), pool)
+    return pool if n is None else n
+
+
+def run_steps(cfg: Config, arm: str) -> int:
+    """A run's update steps as planned (:meth:`Config.run_steps`; with ``train.epochs``, of
+    :func:`selected_prompts`)."""
+    epochs = cfg.for_arm(arm).train.epochs is not None
+    return cfg.run_steps(arm, selected_prompts(cfg, arm) if epochs else None)
+
+
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
     :func:`diffgrpo.devices.batching` derives on one process. Dynamic sampling with gradient
     accumulation is planned as if it worked (the trainer refuses it today: curriculum.check_levels_fit)."""
     acfg = cfg.for_arm(arm)
     out = []
-    for lv in run_levels(acfg, arm):
+    n = selected_prompts(cfg, arm) if acfg.train.epochs is not None else None
+    for lv in run_levels(acfg, arm, n):
         b = devices.batching(lv.prompts_per_step, lv.group_size, 1, acfg.train.per_device_prompts)
         out.append(TrainWork(lv.name or "-", lv.steps, lv.prompts_per_step, lv.group_size, lv.max_completion_length,
                              b.per_device_prompts, b.gradient_accumulation_steps, lv.dynamic_rounds or 1,
@@ -504,10 +524,10 @@ def _eval_work(cfg: Config) -> list[tuple[str, int, int, int]]:
 
 def checkpoints(cfg: Config, arm: str) -> int:
     """Adapters a run's evaluation scores: every save_steps and the last, or the last only."""
-    t = cfg.for_arm(arm).train
+    t, steps = cfg.for_arm(arm).train, run_steps(cfg, arm)
     if cfg.evaluate.checkpoints == "final":
         return 1
-    return t.max_steps // t.save_steps + (1 if t.max_steps % t.save_steps else 0)
+    return steps // t.save_steps + (1 if steps % t.save_steps else 0)
 
 
 def plan(cfg: Config, jobs) -> pd.DataFrame:
@@ -555,6 +575,9 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             m, w = mems[worst], works[worst]
             times = [sum(_train_seconds(acfg, shape, gpu, x, prompt, e) for x in works) for e in (0, 1)]
             notes = []
+            if (acfg.train.epochs is not None and select.arm_budget(cfg, cfg.arm(arm), split_rows(cfg, "pool")) is None
+                    and not select.selection_path(cfg, arm, cfg.train.seeds[0]).exists()):
+                notes.append("train.epochs over the whole pool: an upper bound until 02_select sizes the arm's set")
             if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
                 notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "
                              "(the trainer refuses it today: curriculum.check_levels_fit)")

@@ -99,7 +99,8 @@ def check_nothing_lost(run_dir: Path, saved: set[int], manifest_path: Path) -> N
 
 
 def previous(run_dir: Path, key: dict, max_steps: int, is_main: bool) -> tuple[dict | None, bool]:
-    """What a run folder holds for a training of ``key``: (its manifest, finished?) when it can
+    """What a run folder holds for a training of ``key`` that ends at ``max_steps`` (the run's
+    steps, :meth:`diffgrpo.params.Config.run_steps`): (its manifest, finished?) when it can
     be resumed or kept, (None, False) when the run trains anew. What cannot be trusted (a
     damaged manifest or level record, checkpoints without a manifest, other settings, files
     damaged since the run finished) is set aside, never deleted, by the main process."""
@@ -138,8 +139,9 @@ def previous(run_dir: Path, key: dict, max_steps: int, is_main: bool) -> tuple[d
         manifest = None
     if manifest is not None:
         if manifest["steps_done"] > max_steps:
-            raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than train.max_steps = "
-                             f"{max_steps}; raise train.max_steps, or delete that folder to retrain it")
+            raise ValueError(f"{run_dir}: {manifest['steps_done']} steps done, more than the run's {max_steps} "
+                             "(train.max_steps, or train.epochs passes over its selection); raise them, or delete "
+                             "that folder to retrain it")
         if finished(manifest, max_steps):
             bad = run_damaged(run_dir, manifest)  # every process sees the same files
             if not bad:

@@ -46,6 +46,18 @@ def selection_path(cfg: Config, arm: str, seed: int):
     return layout.selection_file(cfg, arm, seed if per_seed(cfg.arm(arm).select) else None)
 
 
+def run_steps(cfg: Config, arm: str, seed: int) -> int:
+    """The update steps of run (``arm``, ``seed``): :meth:`Config.run_steps` of the size of the
+    selection it trains on (read only when ``train.epochs`` needs it)."""
+    if cfg.for_arm(arm).train.max_steps is not None:
+        return cfg.run_steps(arm, None)
+    path = selection_path(cfg, arm, seed)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no selection {arm!r}, whose size decides the run's steps (train.epochs); "
+                                "run the select stage (02_select) first")
+    return cfg.run_steps(arm, len(artifacts.read_parquet(path, "02_select")))
+
+
 def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int | None:
     """The arm's prompt count (None for a policy defined by a set): its own budget_frac /
     budget_count when it sets either, else the study's ``select.*``."""

@@ -217,22 +217,30 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
 
 
 def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
-    """A run's expected work, to start the longest first: update steps x completions a step x
+    """A run's expected work, to start the longest first: update steps (the run's:
+    :meth:`Config.run_steps`) x completions a step x
     the probe's mean completion length over the run's selection (``train.max_completion_length``
     where the probe or the selection cannot be read yet). Read when the run is ready to start, after 02_select.
     Only the order of the jobs depends on it, never a result."""
     acfg = cfg.for_arm(arm)
     t = acfg.train
+    steps = None
     try:
         path = select.selection_path(acfg, arm, seed)
         ids = artifacts.read_parquet(path, "02_select")["id"].astype(str)
+        steps = acfg.run_steps(arm, len(ids))
         probe = artifacts.read_parquet(layout.probe_dir(acfg) / "prompts.parquet", "01_probe").set_index("id")
         tokens = float(probe.loc[probe.index.intersection(ids), "mean_tokens"].mean())
     except (OSError, KeyError, ValueError, artifacts.ArtifactError):
         tokens = float("nan")
     if math.isnan(tokens):  # nothing to read, or no selected id in the probe
         tokens = float(t.max_completion_length)
-    return float(t.max_steps * t.prompts_per_step * t.group_size * tokens)
+    if steps is None:  # no selection yet: its planned size (its budget, or the pool)
+        try:
+            steps = plan.run_steps(acfg, arm)
+        except (params.ParamsError, select.SelectionError, OSError, artifacts.ArtifactError):
+            steps = 1
+    return float(steps * t.prompts_per_step * t.group_size * tokens)
 
 
 class StudyBusy(artifacts.FolderBusy):

@@ -168,10 +168,11 @@ def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1) -> MeanDist:
 
 
 
-def interval(boot: np.ndarray, level: float = 0.95) -> list[float]:
-    """Percentile interval of the resampled values."""
+def interval(boot: np.ndarray, level: float = 0.95, method: str = "linear") -> list[float]:
+    """Percentile interval of the resampled values (``method``: numpy's; ``"inverted_cdf"``
+    takes resampled values only, for a statistic on a grid or with infinite values)."""
     tail = 100 * (1 - level) / 2
-    return [float(v) for v in np.percentile(boot, [tail, 100 - tail])]
+    return [float(v) for v in np.percentile(boot, [tail, 100 - tail], method=method)]
 
 
 

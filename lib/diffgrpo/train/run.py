@@ -111,14 +111,15 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     ckpt_dir = run_dir / layout.CHECKPOINTS
     rows = selected_rows(cfg, strategy, seed)
     arm = cfg.arm(strategy)
-    levels = eprli.run_levels(cfg, strategy)
+    max_steps = cfg.run_steps(strategy, len(rows))  # train.max_steps, or train.epochs passes over these rows
+    levels = eprli.run_levels(cfg, strategy, len(rows))
     reward_key = run_reward_key(arm, rows, seed)
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm.select == "levels" else None)
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
-    manifest, done = runs.previous(run_dir, key, cfg.train.max_steps, devices.is_main_process())
+    manifest, done = runs.previous(run_dir, key, max_steps, devices.is_main_process())
     if done:
         return run_dir
 
@@ -138,7 +139,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), study),
         "reward": {"weights": arm.reward_weights, **(reward_key or {"kind": rewards.VERIFIER})},
         "num_prompts": len(rows),
-        "max_steps": cfg.train.max_steps,
+        "max_steps": max_steps,
         "num_processes": n_processes,
         "versions": _versions(),
     }
@@ -267,7 +268,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         steps, groups = runs.previous_rows(run_dir, offset)
         recorder = Recorder(task, levels[-1].group_size, steps, groups)
     step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
-    finished = offset >= cfg.train.max_steps or budget_spent
+    finished = offset >= max_steps or budget_spent
     if levels[0].name is not None:
         finished = len(level_records) == len(levels)
     if is_main:
@@ -280,7 +281,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss if output is not None else None,
         "completions_generated": recorder.completions_generated(),
-        "budget_spent": finished and offset < cfg.train.max_steps,
+        "budget_spent": finished and offset < max_steps,
     })
     return run_dir
 
