@@ -55,6 +55,7 @@ from typing import Any
 import pandas as pd
 
 from . import artifacts, data, devices, layout, select
+from .vllm_backend import vllm_lora_rank
 from .curriculum import run_levels
 from .params import Config, ParamsError
 
@@ -64,8 +65,6 @@ LORA_BYTES_PER_PARAM = 4 + 4 + 8
 #: TRL 1.16's fused LM head tile (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, and
 #: trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE)
 LM_HEAD_TILE = (4096, 32768)
-#: vLLM's allowed max_lora_rank values (vllm 0.31, vllm/config/lora.py)
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: the share of the GPU a pass may plan for: the rest is the CUDA context, cuBLAS workspaces
 #: and the caching allocator's fragmentation
 USABLE = 0.9
@@ -458,11 +457,6 @@ def generation_memory(cfg: Config, shape: ModelShape, gpu: GPU, batch: int, prom
     logits = batch * shape.vocab * 4 * 2
     return GenMemory(g(weights), g(kv), g(weights + kv + prefill + logits), 0.0, 0.0)
 
-
-def vllm_lora_rank(cfg: Config) -> int:
-    """The smallest rank vLLM allows at or above the largest LoRA rank over the study's arms."""
-    r = max(cfg.for_arm(a.name).train.lora.r for a in cfg.arms)
-    return next((v for v in VLLM_LORA_RANKS if v >= r), r)
 
 
 # ---- time ----------------------------------------------------------------------------------

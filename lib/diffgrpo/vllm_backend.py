@@ -15,7 +15,7 @@ batches (``sampling.batch_size`` is not used).
 One engine is built per process and model (:func:`engine`) and shared by the base model and
 every checkpoint: a checkpoint's LoRA adapter is applied per request (``LoRARequest``), never
 merged, so evaluating ten checkpoints loads the base weights once. ``max_lora_rank`` is the
-smallest rank vLLM allows at or above every arm's ``train.lora.r`` (:func:`plan.vllm_lora_rank`;
+smallest rank vLLM allows at or above every arm's ``train.lora.r`` (:func:`vllm_lora_rank`;
 tiny.yaml's r 4 is served as 8). vLLM is imported only here, and only when a generator is built.
 """
 
@@ -25,9 +25,17 @@ import functools
 from pathlib import Path
 
 from .data import model_path
-from .plan import vllm_lora_rank
 from .generation import Completion, check_fit, encode_prompt
 from .params import Config
+
+#: vLLM's allowed max_lora_rank values (vllm 0.31, vllm/config/lora.py)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(cfg: Config) -> int:
+    """The smallest rank vLLM allows at or above the largest LoRA rank over the study's arms."""
+    r = max(cfg.for_arm(a.name).train.lora.r for a in cfg.arms)
+    return next((v for v in VLLM_LORA_RANKS if v >= r), r)
 
 
 def _vllm():
