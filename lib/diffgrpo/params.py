@@ -242,6 +242,12 @@ class AnalyzeConfig(_Section):
     test_bins: list[Frac]
 
 
+def budget_size(pool: int, frac: float | None, count: int | None) -> int:
+    """A budget's prompt count: ``count``, or ``floor(frac x pool)`` (the one formula; the select
+    stage checks that it fits, :func:`diffgrpo.select.budget`)."""
+    return count if count is not None else math.floor(frac * pool)
+
+
 class ArmConfig(_Section):
     """One arm: a selection policy (``select``, :mod:`diffgrpo.policies`) x a training treatment
     (``reward``, :mod:`diffgrpo.rewards`; ``curriculum: levels``: paper 002's EPRLI levels in
@@ -260,6 +266,13 @@ class ArmConfig(_Section):
     @property
     def reward_weights(self) -> dict[str, float]:
         return {self.reward: 1.0} if isinstance(self.reward, str) else dict(self.reward)
+
+    def selected_count(self, study: SelectConfig, pool: int) -> int | None:
+        """The prompts the arm's budget selects from a pool of ``pool`` (:func:`budget_size`);
+        None for a policy defined by a set (its size is known after 02_select)."""
+        if not policies.get(self.select).budgeted:
+            return None
+        return budget_size(pool, *self.budget(study))
 
     def budget(self, study: SelectConfig) -> tuple[float | None, int | None]:
         """(budget_frac, budget_count): the arm's own when it sets either, else the study's."""
@@ -650,7 +663,7 @@ def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) ->
     key = "arms" if own else ("select.budget_count" if count is not None else "select.budget_frac")
     what = f"{where}: " if own else f"(arm {a.name}) "
     pool = cfg.dataset.pool_size
-    n = count if count is not None else math.floor(frac * pool)
+    n = budget_size(pool, frac, count)
     setting = f"budget_count = {count}" if count is not None else f"budget_frac = {frac} of dataset.pool_size = {pool}"
     if n < 1:
         fail(key, f"{what}{setting} selects {n} prompts; raise it to at least {math.ceil(max(per_step, 1) / pool * 1e4) / 1e4} "

@@ -54,7 +54,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import artifacts, data, devices, layout, select
+from . import data, devices, layout
 from .vllm_backend import vllm_lora_rank
 from .curriculum import run_levels
 from .params import Config, ParamsError
@@ -332,14 +332,11 @@ class TrainWork:
 
 
 def selected_prompts(cfg: Config, arm: str) -> int:
-    """The prompts a run of ``arm`` trains on, as the plan counts them: its selection's once
-    02_select has written it, else its budget (a budgeted policy), else the whole pool (an upper
-    bound for a policy defined by a set, e.g. tiers)."""
-    path = select.selection_path(cfg, arm, cfg.train.seeds[0])
-    if path.exists():
-        return len(artifacts.read_parquet(path, "02_select"))
+    """The prompts a run of ``arm`` trains on, as the plan counts them (offline, no selection
+    read): its budget (a budgeted policy), else the whole pool (an upper bound for a policy
+    defined by a set, e.g. tiers)."""
     pool = split_rows(cfg, "pool")
-    n = select.arm_budget(cfg, cfg.arm(arm), pool)
+    n = cfg.arm(arm).selected_count(cfg.select, pool)
     return pool if n is None else n
 
 
@@ -569,8 +566,7 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             m, w = mems[worst], works[worst]
             times = [sum(_train_seconds(acfg, shape, gpu, x, prompt, e) for x in works) for e in (0, 1)]
             notes = []
-            if (acfg.train.epochs is not None and select.arm_budget(cfg, cfg.arm(arm), split_rows(cfg, "pool")) is None
-                    and not select.selection_path(cfg, arm, cfg.train.seeds[0]).exists()):
+            if acfg.train.epochs is not None and cfg.arm(arm).selected_count(cfg.select, split_rows(cfg, "pool")) is None:
                 notes.append("train.epochs over the whole pool: an upper bound until 02_select sizes the arm's set")
             if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
                 notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "

@@ -13,25 +13,21 @@ seed 0, which draws what a one-seed study always drew) and makes one file per se
 
 from __future__ import annotations
 
-import math
 import zlib
 
 import numpy as np
 import pandas as pd
 
 from . import artifacts, layout, policies
-from .params import ArmConfig, Config
+from .params import ArmConfig, Config, budget_size
 from .policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's errors and tiers, re-exported)
 
 
 def budget(pool_size: int, frac: float | None, count: int | None) -> int:
     """``floor(frac * pool_size)``, or ``count``; at least 1 and at most the pool."""
-    if count is not None:
-        n = count
-    elif frac is not None:
-        n = math.floor(frac * pool_size)
-    else:
+    if count is None and frac is None:
         raise SelectionError("select: set budget_frac or budget_count")
+    n = budget_size(pool_size, frac, count)
     if not 1 <= n <= pool_size:
         raise SelectionError(f"select: budget of {n} prompts does not fit a pool of {pool_size}")
     return n
