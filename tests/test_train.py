@@ -570,6 +570,133 @@ def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkey
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
 
 
+# ---- dynamic sampling with gradient accumulation and several processes (issue 17) -----------
+def test_dynamic_sampling_with_accumulation_pads_each_update_to_equal_passes(make_cfg, monkeypatch):
+    """4 prompts an update, 1 a pass: TRL splits every update into 4 passes. With 2 rounds at
+    most some updates stay part-filled; each is padded with masked rows so its passes are equal,
+    and the rows that carry an advantage are exactly the kept groups the run records."""
+    cfg = make_cfg(n_select=12, max_steps=4, group_size=2, prompts_per_step=4, per_device_prompts=1,
+                   **{"dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    updates = _updates(monkeypatch)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    assert (grpo["gradient_accumulation_steps"], grpo["steps_per_generation"], grpo["per_device_train_batch_size"]) \
+        == (4, 4, 2)
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    groups = pd.read_parquet(run / "groups.parquet")
+    kept = groups[groups["kept"]]
+    assert kept["learnable"].all()
+    assert np.array_equal(steps["groups_kept"], groups.groupby("step")["kept"].sum())
+    assert (steps["groups_kept"] < 4).any() and (steps["groups_kept"] > 0).any()  # padding was exercised
+    assert len(updates) == 4 * 4
+    for step, passes in zip(steps.index, [updates[i:i + 4] for i in range(0, 16, 4)]):
+        assert len({p["completion_ids"].size(0) for p in passes}) == 1, "the passes of an update differ in size"
+        live = sum(int((p["advantages"] != 0).sum()) for p in passes)
+        assert live == steps.loc[step, "groups_kept"] * 2  # every kept completion, and no other, trains
+        masked = sum(int(((p["completion_mask"].sum(1) > 0) & (p["advantages"] == 0)).sum()) for p in passes)
+        assert masked == 0  # a padded (or dropped) row never enters the loss
+        assert all(p["num_items_in_batch"] == sum(q["completion_mask"].sum() for q in passes) for p in passes)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.1), ("dr_grpo", 0.0), ("dapo", 0.0)])
+def test_a_padded_update_has_the_gradient_of_its_kept_groups(make_cfg, monkeypatch, loss_type, beta):
+    """The direct check: the kept groups of an update in one pass, against the same groups
+    padded with masked rows and split into 3 passes as TRL splits an accumulated update (the
+    loss rescaled for the row-mean losses): the LoRA gradients agree. Without the rescaling a
+    row-mean loss's gradient shrinks by kept/padded rows."""
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    cfg = make_cfg(max_steps=1, group_size=2, loss_type=loss_type, beta=beta,
+                   **{"dynamic_sampling": {"enabled": True, "max_rounds": 4}})
+    seen = {}
+    compute_loss, pad_batch = train.Trainer.compute_loss, train.trainer.pad_batch
+
+    def spy(self, model, inputs, *args, **kwargs):
+        seen.setdefault("trainer", (self, model))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    def keep(batch, rows):
+        seen.setdefault("batch", {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in batch.items()})
+        return pad_batch(batch, rows)
+
+    monkeypatch.setattr(train.Trainer, "compute_loss", spy)
+    monkeypatch.setattr(train.trainer, "pad_batch", keep)
+    train.train_run(cfg, "hard", seed=0, progress=False)
+    trainer, model = seen["trainer"]
+    batch = seen["batch"]
+    rows = batch["completion_ids"].size(0)
+    assert rows > 0 and bool((batch["advantages"] != 0).all())
+    model.train()
+
+    def gradient(b, passes):
+        trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation = passes
+        model.zero_grad()
+        for part in split_tensor_dict(shuffle_sequence_dict(b), passes):
+            trainer.compute_loss(model, part).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
+
+    one = gradient(batch, 1)
+    padded_rows = train.trainer.passes_rows(rows + 3, 3)
+    padded = pad_batch(batch, padded_rows)
+    scale = train.trainer.loss_scale(loss_type, padded_rows, 1, rows)
+    if scale != 1.0:
+        padded["loss_scale"] = torch.tensor(scale)
+    assert padded["completion_ids"].size(0) == padded_rows > rows and int(padded["completion_mask"].sum()) == int(
+        batch["completion_mask"].sum())
+    three = gradient(padded, 3)
+    assert one.abs().max() > 0
+    assert torch.allclose(one, three, rtol=1e-4, atol=1e-7), float((one - three).abs().max())
+    if loss_type in train.trainer.ROW_MEAN_LOSSES:
+        unscaled = gradient({k: v for k, v in padded.items() if k != "loss_scale"}, 3)
+        assert torch.allclose(unscaled * scale, one, rtol=1e-4, atol=1e-7) and not torch.allclose(unscaled, one)
+
+
+def test_bnpo_with_dynamic_sampling_and_several_passes_is_refused(make_cfg):
+    cfg = make_cfg(loss_type="bnpo", per_device_prompts=1, **{"dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    with pytest.raises(ValueError, match="loss_type 'bnpo' needs one process and one pass per update"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
+
+
+def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_path):
+    """2 CPU processes (gloo), 1 prompt a pass (2 passes on each), dynamic sampling and a
+    completion budget: both run the same rounds (every round holds both processes' groups, none
+    hangs), draw distinct extra prompts, stop at the same step, and the record counts both."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = make_cfg(n_select=16, max_steps=6, save_steps=2, prompts_per_step=4, per_device_prompts=1, group_size=2,
+                   max_completions=40, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    params_file = tmp_path / "launched.yaml"
+    params_file.write_text(params.dump(cfg))
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29534", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = layout.run_dir(cfg, "hard", 0)
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (2, 2)
+    groups = pd.read_parquet(run / "groups.parquet")
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    per_round = groups.groupby(["step", "round"])
+    assert (per_round.size() == 4).all()  # each process's 2 groups in every round: they ran the same rounds
+    assert per_round["prompt_id"].nunique().eq(4).all()  # the processes' extra prompts are distinct
+    assert np.array_equal(steps["generation_rounds"], groups.groupby("step")["round"].max())
+    assert np.array_equal(steps["groups_generated"], groups.groupby("step").size())
+    assert np.array_equal(steps["groups_kept"], groups.groupby("step")["kept"].sum())
+    assert groups[groups["kept"]]["learnable"].all() and (groups.groupby("step")["kept"].sum() <= 4).all()
+    assert (steps["generation_rounds"] > 1).any()
+    manifest = json.loads((run / "manifest.json").read_text())
+    per_step = groups.groupby("step").size() * 2
+    assert manifest["status"] == "complete" and manifest["budget_spent"] and manifest["steps_done"] < 6
+    assert manifest["completions_generated"] == int(per_step.sum()) >= 40 > int(per_step.iloc[:-1].sum())
+
+
 def test_overlong_penalty_is_dapos_soft_punishment():
     """DAPO eq. 13: 0 up to L_max - L_cache, linear to -1 at L_max."""
     assert [rewards.overlong_penalty(n, 20, 4) for n in (0, 16, 17, 18, 20, 21)] == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]

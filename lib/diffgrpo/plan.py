@@ -334,8 +334,9 @@ class TrainWork:
 
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
-    :func:`diffgrpo.devices.batching` derives on one process. Dynamic sampling with gradient
-    accumulation is planned as if it worked (the trainer refuses it today: curriculum.check_levels_fit)."""
+    :func:`diffgrpo.devices.batching` derives on one process. With dynamic sampling a part-filled
+    update is padded to its planned passes (diffgrpo.train.trainer.pad_batch), so a pass never
+    holds more than planned."""
     acfg = cfg.for_arm(arm)
     out = []
     for lv in run_levels(acfg, arm):
@@ -553,9 +554,6 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             m, w = mems[worst], works[worst]
             times = [sum(_train_seconds(acfg, shape, gpu, x, prompt, e) for x in works) for e in (0, 1)]
             notes = []
-            if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
-                notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "
-                             "(the trainer refuses it today: curriculum.check_levels_fit)")
             row.update(prompts=sum(x.steps * x.rounds * x.prompts_per_step for x in works),
                        completions=sum(x.completions for x in works),
                        tokens_generated=sum(x.completions * x.completion for x in works),

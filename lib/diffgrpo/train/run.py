@@ -232,7 +232,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             with quiet_renamed_arguments():
                 output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
             local = trainer.state.global_step
-        recorder.write(run_dir)
+        written = recorder.write(run_dir)  # every process's groups
         level_spent = budget.spent()
         if not one:
             if local < lv.steps and not level_spent:  # stopped early (a callback): the run stops here
@@ -240,7 +240,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                 break
             if is_main:
                 eprli.copy_adapters(lv_ckpt, ckpt_dir, offset)
-            level_groups = pd.DataFrame([g for g in recorder.groups if g["level"] == lv.name])
+            level_groups = pd.DataFrame([g for g in written if g["level"] == lv.name])
             level_steps = pd.DataFrame([r for r in recorder.steps if r.get("level") == lv.name])
             record = {
                 "level": lv.name, "local_steps": local, "steps_done": local, "first_step": offset + 1,
@@ -264,7 +264,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         del trainer, model
 
     if recorder is None:  # every level was finished before an interruption
-        steps, groups = runs.previous_rows(run_dir, offset)
+        steps, groups = runs.previous_rows(run_dir, offset) if is_main else ([], [])
         recorder = Recorder(task, levels[-1].group_size, steps, groups)
     step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
     finished = offset >= cfg.train.max_steps or budget_spent
@@ -279,7 +279,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss if output is not None else None,
-        "completions_generated": recorder.completions_generated(),
+        "completions_generated": devices.sum_over_processes([recorder.completions_generated()])[0],  # main: earlier sessions' too
         "budget_spent": finished and offset < cfg.train.max_steps,
     })
     return run_dir
