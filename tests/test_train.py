@@ -306,7 +306,7 @@ def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     import sys
     from pathlib import Path
 
-    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4)
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2)
     params_file = tmp_path / "launched.yaml"
     params_file.write_text(params.dump(cfg))
     script = tmp_path / "launched.py"
@@ -668,7 +668,7 @@ def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_pa
     from pathlib import Path
 
     cfg = make_cfg(n_select=16, max_steps=6, save_steps=2, prompts_per_step=4, per_device_prompts=1, group_size=2,
-                   max_completions=40, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+                   max_completions=40, num_processes=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
     params_file = tmp_path / "launched.yaml"
     params_file.write_text(params.dump(cfg))
     script = tmp_path / "launched.py"
@@ -695,6 +695,46 @@ def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_pa
     per_step = groups.groupby("step").size() * 2
     assert manifest["status"] == "complete" and manifest["budget_spent"] and manifest["steps_done"] < 6
     assert manifest["completions_generated"] == int(per_step.sum()) >= 40 > int(per_step.iloc[:-1].sum())
+
+
+def test_a_run_with_num_processes_launches_itself_through_accelerate(make_cfg, tmp_path, monkeypatch):
+    """train.num_processes: 2: the run (as the study's 03_train job calls it, in one process)
+    starts `accelerate launch --multi_gpu --num_processes 2` of diffgrpo.train with the study's
+    params, on the GPUs its job was given (here 2 CPU processes: gloo), and returns the run's
+    folder once the launched processes have trained it; a launch whose process count disagrees
+    with the params is refused (the count is in the run's key)."""
+    import subprocess
+    from pathlib import Path
+
+    plugin = tmp_path / "even_length.py"
+    plugin.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                      "from test_train import EvenLength\nfrom diffgrpo import tasks\n"
+                      "tasks._MODULES[EvenLength.name] = 'shuffled_objects'\ntasks._REGISTRY[EvenLength.name] = EvenLength\n")
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2).replace(
+        plugins=[str(plugin)])
+    launched = []
+    run = subprocess.run
+
+    def record(cmd, **kwargs):
+        launched.append(cmd)
+        return run(cmd, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", record)
+    out = train.train_run(cfg, "hard", seed=0, progress=False)
+    assert out == layout.run_dir(cfg, "hard", 0)
+    [cmd] = launched
+    assert cmd[1:4] == ["-m", "accelerate.commands.launch", "--multi_gpu"]
+    assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("-m", 2) + 1] == "diffgrpo.train"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["num_processes"] == 2
+    assert manifest["key"]["train"]["num_processes"] == 2
+    grpo = json.loads((out / "trl_config.json").read_text())["grpo"]
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (8, 1)
+    assert pd.read_parquet(out / "groups.parquet").groupby("step").size().to_dict() == {1: 4, 2: 4}
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="launched with 4 processes, but train.num_processes = 2"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
 
 
 def test_overlong_penalty_is_dapos_soft_punishment():
