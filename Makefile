@@ -10,7 +10,8 @@ KERNEL := diffgrpo
 VENV_GPU  := .venv-gpu
 PY_GPU    := $(VENV_GPU)/bin/python
 GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
-GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py
+GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
+             tests/test_params_files.py
 
 .PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu slurm-local slurm-stop test-cluster
 

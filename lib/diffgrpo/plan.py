@@ -334,13 +334,14 @@ class TrainWork:
 
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
-    :func:`diffgrpo.devices.batching` derives on one process. With dynamic sampling a part-filled
+    :func:`diffgrpo.devices.batching` derives on each of its ``train.num_processes`` processes
+    (a pass's memory is one process's; the times stay one GPU's). With dynamic sampling a part-filled
     update is padded to its planned passes (diffgrpo.train.trainer.pad_batch), so a pass never
     holds more than planned."""
     acfg = cfg.for_arm(arm)
     out = []
     for lv in run_levels(acfg, arm):
-        b = devices.batching(lv.prompts_per_step, lv.group_size, 1, acfg.train.per_device_prompts)
+        b = devices.batching(lv.prompts_per_step, lv.group_size, acfg.train.num_processes, acfg.train.per_device_prompts)
         out.append(TrainWork(lv.name or "-", lv.steps, lv.prompts_per_step, lv.group_size, lv.max_completion_length,
                              b.per_device_prompts, b.gradient_accumulation_steps, lv.dynamic_rounds or 1,
                              lv.max_completions))
