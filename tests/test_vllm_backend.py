@@ -192,8 +192,14 @@ GPU_FILES = sorted(p.name for p in params.params_dir().glob("*.yaml")
                    if p.name != params.DEFAULTS_FILE and params.load(p.name).model.device == "cuda")
 
 
+#: GPU files that name no model of their own (gpu.yaml, paper000_gpu, paper003_gpu: layers that
+#: paper files go on; paper003_released_code) run the embedded default, whose 256 positions no
+#: GPU length here fits (vLLM refuses max_model_len 1024 > 256): they are not checked as studies
+GPU_MODELS = sorted({params.load(f).model.path for f in GPU_FILES} - {"embedded"})
+
+
 @needs_vllm
-@pytest.mark.parametrize("model", sorted({params.load(f).model.path for f in GPU_FILES}))
+@pytest.mark.parametrize("model", GPU_MODELS)
 def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
     """The two engines a GPU study starts, per params file, built by vLLM's own config classes
     without a GPU (``EngineArgs.create_engine_config`` needs a platform, which a CPU machine has
