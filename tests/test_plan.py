@@ -130,3 +130,30 @@ def test_a_model_without_a_config_is_named():
 def test_vllm_lora_rank_is_the_smallest_allowed_at_or_above_the_arms():
     assert plan.vllm_lora_rank(params.load("tiny")) == 8  # r 4 is not a rank vLLM accepts
     assert plan.vllm_lora_rank(params.load("paper003_gsm8k_qwen3_4b")) == 32
+
+
+def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
+    """`make gpu-smoke` (scripts/gpu_smoke.py) on a machine where torch sees no GPU: exit 2 and
+    a line saying why, before anything runs. Its study (params/gpu_smoke.yaml) is on the GPU
+    path and fits the GPU it is planned for."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from diffgrpo import study
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the smoke run would run, not refuse")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_smoke.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "gpu-smoke: not run: torch" in done.stderr and "sees no GPU" in done.stderr
+    cfg = params.load("gpu_smoke")
+    assert (cfg.model.device, cfg.generation.backend, cfg.train.use_vllm, cfg.train.bf16,
+            cfg.train.gradient_checkpointing) == ("cuda", "vllm", True, True, True)
+    assert cfg.train.trl["vllm_enable_sleep_mode"] and cfg.train.save_steps < cfg.train.max_steps
+    table = plan.plan(cfg, study.jobs(cfg, {"params_file": "gpu_smoke", "overrides": {}}))
+    plan.check(cfg, table)
