@@ -529,6 +529,11 @@ def test_trl_generate_and_score_is_where_dynamic_sampling_hooks():
         assert f'"{name}"' in body, name
     assert "frac_reward_zero_std" in body and "completion_ids=completion_ids_list" in inspect.getsource(
         GRPOTrainer._calculate_rewards)
+    # a padded update (issue 17): TRL cuts the generated batch into steps_per_generation equal passes,
+    # and the loss our Trainer rescales is _compute_loss(model, inputs)'s
+    assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in src
+    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
+    assert 'inputs["num_items_in_batch"]' in inspect.getsource(GRPOTrainer._compute_loss)
 
 
 def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
