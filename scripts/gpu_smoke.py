@@ -76,7 +76,8 @@ def report(outputs: Path, overrides: dict) -> str:
             extra = (f"{m['mean_step_seconds']} s/step; plan: pass {job.get('train_pass_gib')} GiB"
                      f" + vLLM share {job.get('vllm_share_gib')} GiB")
         rate = f"{tokens / seconds:,.0f}" if tokens and seconds else "-"
-        rows.append({"job": job["job"], "measured_s": seconds, "completions": completions, "tokens": tokens,
+        rows.append({"job": job["job"], "measured_s": seconds, "completions": "-" if completions is None else completions,
+                     "tokens": "-" if tokens is None else tokens,
                      "tokens_per_s": rate, "plan_s": f"{job['hours_low'] * 3600:.0f}-{job['hours_high'] * 3600:.0f}",
                      "note": extra})
     return pd.DataFrame(rows).to_string(index=False)
