@@ -157,3 +157,13 @@ def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
     assert cfg.train.trl["vllm_enable_sleep_mode"] and cfg.train.save_steps < cfg.train.max_steps
     table = plan.plan(cfg, study.jobs(cfg, {"params_file": "gpu_smoke", "overrides": {}}))
     plan.check(cfg, table)
+
+
+def test_a_process_count_that_does_not_split_an_update_is_refused_by_the_plan():
+    cfg = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 3})
+    with pytest.raises(plan.PlanError, match=r"arm 'hard': train.prompts_per_step = 32 with 3 process.*"
+                                             r"train.num_processes"):
+        plan.plan(cfg, study.jobs(cfg, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+    two = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 2})
+    table = plan.plan(two, study.jobs(two, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+    assert set(table.loc[table["stage"] == "03_train", "accumulation"]) == {2}  # 16 prompts a process, 8 a pass

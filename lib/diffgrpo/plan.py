@@ -341,7 +341,12 @@ def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     acfg = cfg.for_arm(arm)
     out = []
     for lv in run_levels(acfg, arm):
-        b = devices.batching(lv.prompts_per_step, lv.group_size, acfg.train.num_processes, acfg.train.per_device_prompts)
+        try:
+            b = devices.batching(lv.prompts_per_step, lv.group_size, acfg.train.num_processes,
+                                 acfg.train.per_device_prompts)
+        except ValueError as err:  # the study stops here, before any notebook, naming the keys
+            raise PlanError(f"arm {arm!r}{'' if lv.name is None else f' level {lv.name!r}'}: {err} "
+                            "(train.num_processes)") from None
         out.append(TrainWork(lv.name or "-", lv.steps, lv.prompts_per_step, lv.group_size, lv.max_completion_length,
                              b.per_device_prompts, b.gradient_accumulation_steps, lv.dynamic_rounds or 1,
                              lv.max_completions))
