@@ -10,9 +10,10 @@ KERNEL := diffgrpo
 VENV_GPU  := .venv-gpu
 PY_GPU    := $(VENV_GPU)/bin/python
 GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
-GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py
+GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
+             tests/test_params_files.py
 
-.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu slurm-local slurm-stop test-cluster
+.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
 
 setup: $(STAMP)
 
@@ -85,6 +86,11 @@ $(GPU_STAMP): requirements-gpu.txt
 ## the tests that need the GPU environment, run in it (vLLM classes, transformers 5.17 training)
 test-gpu: $(GPU_STAMP)
 	$(PY_GPU) -m pytest -m "not slow" -q -rs -p no:cacheprovider $(GPU_TESTS)
+
+## a tiny real-model study through every stage on the GPU path, measured beside the plan (a GPU
+## machine only: refuses where torch sees no GPU; scripts/gpu_smoke.py, docs/gpu.md)
+gpu-smoke: $(GPU_STAMP)
+	$(PY_GPU) scripts/gpu_smoke.py
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

@@ -181,10 +181,10 @@ class GpuJob(fanout.NotebookJob):
 
 
 def gpu_runs(tmp_path, gpus, per_job, workers):
-    jobs = [GpuJob(f"train-{i}", "03_train", tmp_path / f"train-{i}.json", {}) for i in range(4)]
+    jobs = [GpuJob(f"train-{i}", "03_train", tmp_path / f"train-{i}.json", {}, gpus=per_job) for i in range(4)]
     jobs += [GpuJob("select", "02_select", tmp_path / "select.json", {}),
-             GpuJob("eval-0", "04_evaluate", tmp_path / "eval-0.json", {}, ("train-0",))]
-    fanout.LocalExecutor(workers=workers, progress=False, poll_s=0.05, gpus=gpus, gpus_per_job=per_job).run(jobs)
+             GpuJob("eval-0", "04_evaluate", tmp_path / "eval-0.json", {}, ("train-0",), gpus=per_job)]
+    fanout.LocalExecutor(workers=workers, progress=False, poll_s=0.05, gpus=gpus).run(jobs)
     return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
 
 
@@ -206,5 +206,30 @@ def test_each_job_that_runs_the_model_gets_gpus_of_its_own(tmp_path, gpus, per_j
 def test_the_runner_lends_the_gpus_it_may_use(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
     assert fanout.visible_gpus() == ("2", "3")
-    with pytest.raises(ValueError, match=r"2 GPU\(s\) per job, but only \['0'\] are lent"):
-        fanout.LocalExecutor(progress=False, gpus=("0",), gpus_per_job=2).run([])
+    job = GpuJob("train", "03_train", Path("unused.json"), {}, gpus=2)
+    with pytest.raises(ValueError, match=r"job 'train' needs 2 GPU\(s\), but only \['0'\] are lent.*train.num_processes"):
+        fanout.LocalExecutor(progress=False, gpus=("0",)).run([job])
+
+
+def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tmp_path):
+    """train.num_processes: 2 on a node lending 4 GPUs: each study training job is given 2 GPUs
+    of its own (what its accelerate launch spreads over), the evaluations 1, selection none."""
+    from diffgrpo import params, study
+
+    cfg = params.load("embedded", overrides={"train.num_processes": 2, "train.seeds": [0, 1], "arms": ["hard"]})
+    graph = study.jobs(cfg, {"params_file": "embedded", "overrides": {}, "progress": False})
+    assert {j.name: j.gpus for j in graph if j.stage == "03_train"} == {"03_train hard-seed0": 2,
+                                                                       "03_train hard-seed1": 2}
+    assert {j.gpus for j in graph if j.stage in ("01_probe", "04_evaluate")} == {1}
+    jobs = [GpuJob(j.name, j.stage, tmp_path / f"{j.name.replace(' ', '_')}.json", {}, j.after, gpus=j.gpus)
+            for j in graph]
+    fanout.LocalExecutor(workers=3, progress=False, poll_s=0.05, gpus=("0", "1", "2", "3")).run(jobs)
+    ran = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    given = {name: r["gpus"].split(",") if r["gpus"] else [] for name, r in ran.items()}
+    assert all(len(g) == 2 for n, g in given.items() if n.startswith("03_train"))
+    assert all(len(g) == 1 for n, g in given.items() if n.startswith(("01_probe", "04_evaluate")))
+    assert given["02_select"] == [] and given["05_analyze"] == []
+    for a in ran:  # two jobs never share a GPU while both run
+        for b in ran:
+            if a < b and set(given[a]) & set(given[b]):
+                assert ran[a]["end"] <= ran[b]["start"] or ran[b]["end"] <= ran[a]["start"], (a, b)

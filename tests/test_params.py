@@ -208,12 +208,15 @@ def test_paper002_gpu_builds_every_object_a_run_would():
             with models.quiet_renamed_arguments():
                 args = GRPOConfig(**{**kw, "bf16": False, "use_cpu": True})
             assert args.num_generations == 16 and args.generation_batch_size == lv.prompts_per_step * 16
-            # issue 17: paper002_gpu now takes 1 prompt a pass (the plan: 512 completions of 8,192 tokens in
-            # one pass need ~900 GiB); train.py still refuses dynamic sampling and the completion budget with
-            # gradient accumulation. When it accepts them, this check passes as it did before: drop the raises.
-            with pytest.raises(ValueError, match="dynamic sampling and train.max_completions need one process"):
-                curriculum.check_levels_fit([lv], cfg, 1)
-            curriculum.check_levels_fit([lv], cfg.replace(**{"train.per_device_prompts": None}), 1)
+            # 1 prompt a pass (512 completions of 8,192 tokens in one pass need ~900 GiB): dynamic sampling and
+            # the completion budget run with gradient accumulation, on one process or several (issue 17)
+            assert kw["gradient_accumulation_steps"] == kw["steps_per_generation"] == lv.prompts_per_step
+            for n_processes in (1, 2, 4):
+                curriculum.check_levels_fit([lv], cfg, n_processes)
+            # what still cannot work is refused: bnpo normalises each pass by its own tokens
+            if lv.dynamic_rounds is not None:
+                with pytest.raises(ValueError, match="loss_type 'bnpo' needs one process and one pass per update"):
+                    curriculum.check_levels_fit([lv], cfg.replace(**{"train.loss_type": "bnpo"}), 1)
     train.lora_config(cfg)
 
 

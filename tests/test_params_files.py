@@ -110,3 +110,27 @@ def test_every_length_limit_of_an_embedded_study_reaches_its_longest_trace(name)
             assert ecfg.evaluate.sampling.max_new_tokens >= _trace_tokens(ecfg), f"{name}: set {s}"
     short = {k: v for k, v in limits.items() if v < need}
     assert not short, f"{name}: limits below the longest trace ({need} tokens): {short}"
+
+
+GPU_FILES = [f for f in FILES if params.load(f).model.device == "cuda"]
+
+
+@pytest.mark.parametrize("name", GPU_FILES)
+def test_every_gpu_file_builds_trls_gpu_config(name, tmp_path, monkeypatch):
+    """GRPOConfig as a GPU run builds it, for every arm of every GPU file: bf16, activation
+    checkpointing (under the installed transformers' name: 5.17 in the GPU env, 5.23 here),
+    TRL's colocated vLLM with sleep mode and a context of prompt + completion, on the GPU
+    (use_cpu off). The one thing a CPU cannot give is a bf16 GPU: transformers'
+    TrainingArguments.__post_init__ asks ``is_torch_bf16_gpu_available()`` and refuses bf16
+    without one (no environment variable turns that off), so that probe alone says yes here."""
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    cfg = params.load(name)
+    for arm in cfg.arms:
+        acfg = cfg.for_arm(arm.name)
+        for lv in train.run_levels(acfg, arm.name):
+            args = GRPOConfig(**train.grpo_kwargs(acfg, 0, tmp_path / arm.name, acfg.train.num_processes, lv))
+            assert args.bf16 and not args.use_cpu and args.mixed_precision == "bf16", (name, arm.name)
+            assert getattr(args, train.checkpointing_argument()), (name, arm.name)
+            assert args.use_vllm and args.vllm_mode == "colocate" and args.vllm_enable_sleep_mode, (name, arm.name)
+            assert args.vllm_max_model_length >= lv.max_completion_length, (name, arm.name)
+            assert args.steps_per_generation == args.gradient_accumulation_steps

@@ -144,3 +144,40 @@ def test_a_study_in_epochs_is_planned_per_arm_from_its_selection_size():
     assert [w.steps for w in plan.train_work(cfg, "all")] == [plan.run_steps(cfg, "all")]
     save = cfg.train.save_steps
     assert plan.checkpoints(cfg, "hard") == -(-plan.run_steps(cfg, "hard") // save)
+
+
+def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
+    """`make gpu-smoke` (scripts/gpu_smoke.py) on a machine where torch sees no GPU: exit 2 and
+    a line saying why, before anything runs. Its study (params/gpu_smoke.yaml) is on the GPU
+    path and fits the GPU it is planned for."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from diffgrpo import study
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the smoke run would run, not refuse")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gpu_smoke.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "gpu-smoke: not run: torch" in done.stderr and "sees no GPU" in done.stderr
+    cfg = params.load("gpu_smoke")
+    assert (cfg.model.device, cfg.generation.backend, cfg.train.use_vllm, cfg.train.bf16,
+            cfg.train.gradient_checkpointing) == ("cuda", "vllm", True, True, True)
+    assert cfg.train.trl["vllm_enable_sleep_mode"] and cfg.train.save_steps < cfg.train.max_steps
+    table = plan.plan(cfg, study.jobs(cfg, {"params_file": "gpu_smoke", "overrides": {}}))
+    plan.check(cfg, table)
+
+
+def test_a_process_count_that_does_not_split_an_update_is_refused_by_the_plan():
+    cfg = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 3})
+    with pytest.raises(plan.PlanError, match=r"arm 'hard': train.prompts_per_step = 32 with 3 process.*"
+                                             r"train.num_processes"):
+        plan.plan(cfg, study.jobs(cfg, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+    two = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 2})
+    table = plan.plan(two, study.jobs(two, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+    assert set(table.loc[table["stage"] == "03_train", "accumulation"]) == {2}  # 16 prompts a process, 8 a pass

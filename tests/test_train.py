@@ -306,7 +306,7 @@ def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     import sys
     from pathlib import Path
 
-    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4)
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2)
     params_file = tmp_path / "launched.yaml"
     params_file.write_text(params.dump(cfg))
     script = tmp_path / "launched.py"
@@ -529,6 +529,11 @@ def test_trl_generate_and_score_is_where_dynamic_sampling_hooks():
         assert f'"{name}"' in body, name
     assert "frac_reward_zero_std" in body and "completion_ids=completion_ids_list" in inspect.getsource(
         GRPOTrainer._calculate_rewards)
+    # a padded update (issue 17): TRL cuts the generated batch into steps_per_generation equal passes,
+    # and the loss our Trainer rescales is _compute_loss(model, inputs)'s
+    assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in src
+    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
+    assert 'inputs["num_items_in_batch"]' in inspect.getsource(GRPOTrainer._compute_loss)
 
 
 def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
@@ -568,6 +573,173 @@ def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkey
     evaluate.check_finished(run, cfg.train.max_steps)
     monkeypatch.setattr(data, "load_model", lambda *a, **k: pytest.fail("a finished run was trained again"))
     assert train.train_run(cfg, "hard", seed=0, progress=False) == run
+
+
+# ---- dynamic sampling with gradient accumulation and several processes (issue 17) -----------
+def test_dynamic_sampling_with_accumulation_pads_each_update_to_equal_passes(make_cfg, monkeypatch):
+    """4 prompts an update, 1 a pass: TRL splits every update into 4 passes. With 2 rounds at
+    most some updates stay part-filled; each is padded with masked rows so its passes are equal,
+    and the rows that carry an advantage are exactly the kept groups the run records."""
+    cfg = make_cfg(n_select=12, max_steps=4, group_size=2, prompts_per_step=4, per_device_prompts=1,
+                   **{"dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    updates = _updates(monkeypatch)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    assert (grpo["gradient_accumulation_steps"], grpo["steps_per_generation"], grpo["per_device_train_batch_size"]) \
+        == (4, 4, 2)
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    groups = pd.read_parquet(run / "groups.parquet")
+    kept = groups[groups["kept"]]
+    assert kept["learnable"].all()
+    assert np.array_equal(steps["groups_kept"], groups.groupby("step")["kept"].sum())
+    assert (steps["groups_kept"] < 4).any() and (steps["groups_kept"] > 0).any()  # padding was exercised
+    assert len(updates) == 4 * 4
+    for step, passes in zip(steps.index, [updates[i:i + 4] for i in range(0, 16, 4)]):
+        assert len({p["completion_ids"].size(0) for p in passes}) == 1, "the passes of an update differ in size"
+        live = sum(int((p["advantages"] != 0).sum()) for p in passes)
+        assert live == steps.loc[step, "groups_kept"] * 2  # every kept completion, and no other, trains
+        masked = sum(int(((p["completion_mask"].sum(1) > 0) & (p["advantages"] == 0)).sum()) for p in passes)
+        assert masked == 0  # a padded (or dropped) row never enters the loss
+        assert all(p["num_items_in_batch"] == sum(q["completion_mask"].sum() for q in passes) for p in passes)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.1), ("dr_grpo", 0.0), ("dapo", 0.0)])
+def test_a_padded_update_has_the_gradient_of_its_kept_groups(make_cfg, monkeypatch, loss_type, beta):
+    """The direct check: the kept groups of an update in one pass, against the same groups
+    padded with masked rows and split into 3 passes as TRL splits an accumulated update (the
+    loss rescaled for the row-mean losses): the LoRA gradients agree. Without the rescaling a
+    row-mean loss's gradient shrinks by kept/padded rows."""
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    cfg = make_cfg(max_steps=1, group_size=2, loss_type=loss_type, beta=beta,
+                   **{"dynamic_sampling": {"enabled": True, "max_rounds": 4}})
+    seen = {}
+    compute_loss, pad_batch = train.Trainer.compute_loss, train.trainer.pad_batch
+
+    def spy(self, model, inputs, *args, **kwargs):
+        seen.setdefault("trainer", (self, model))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    def keep(batch, rows):
+        seen.setdefault("batch", {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in batch.items()})
+        return pad_batch(batch, rows)
+
+    monkeypatch.setattr(train.Trainer, "compute_loss", spy)
+    monkeypatch.setattr(train.trainer, "pad_batch", keep)
+    train.train_run(cfg, "hard", seed=0, progress=False)
+    trainer, model = seen["trainer"]
+    batch = seen["batch"]
+    rows = batch["completion_ids"].size(0)
+    assert rows > 0 and bool((batch["advantages"] != 0).all())
+    model.train()
+
+    def gradient(b, passes):
+        trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation = passes
+        model.zero_grad()
+        for part in split_tensor_dict(shuffle_sequence_dict(b), passes):
+            trainer.compute_loss(model, part).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])
+
+    one = gradient(batch, 1)
+    padded_rows = train.trainer.passes_rows(rows + 3, 3)
+    padded = pad_batch(batch, padded_rows)
+    scale = train.trainer.loss_scale(loss_type, padded_rows, 1, rows)
+    if scale != 1.0:
+        padded["loss_scale"] = torch.tensor(scale)
+    assert padded["completion_ids"].size(0) == padded_rows > rows and int(padded["completion_mask"].sum()) == int(
+        batch["completion_mask"].sum())
+    three = gradient(padded, 3)
+    assert one.abs().max() > 0
+    assert torch.allclose(one, three, rtol=1e-4, atol=1e-7), float((one - three).abs().max())
+    if loss_type in train.trainer.ROW_MEAN_LOSSES:
+        unscaled = gradient({k: v for k, v in padded.items() if k != "loss_scale"}, 3)
+        assert torch.allclose(unscaled * scale, one, rtol=1e-4, atol=1e-7) and not torch.allclose(unscaled, one)
+
+
+def test_bnpo_with_dynamic_sampling_and_several_passes_is_refused(make_cfg):
+    cfg = make_cfg(loss_type="bnpo", per_device_prompts=1, **{"dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    with pytest.raises(ValueError, match="loss_type 'bnpo' needs one process and one pass per update"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
+
+
+def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_path):
+    """2 CPU processes (gloo), 1 prompt a pass (2 passes on each), dynamic sampling and a
+    completion budget: both run the same rounds (every round holds both processes' groups, none
+    hangs), draw distinct extra prompts, stop at the same step, and the record counts both."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = make_cfg(n_select=16, max_steps=6, save_steps=2, prompts_per_step=4, per_device_prompts=1, group_size=2,
+                   max_completions=40, num_processes=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    params_file = tmp_path / "launched.yaml"
+    params_file.write_text(params.dump(cfg))
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29534", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = layout.run_dir(cfg, "hard", 0)
+    grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (2, 2)
+    groups = pd.read_parquet(run / "groups.parquet")
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    per_round = groups.groupby(["step", "round"])
+    assert (per_round.size() == 4).all()  # each process's 2 groups in every round: they ran the same rounds
+    assert per_round["prompt_id"].nunique().eq(4).all()  # the processes' extra prompts are distinct
+    assert np.array_equal(steps["generation_rounds"], groups.groupby("step")["round"].max())
+    assert np.array_equal(steps["groups_generated"], groups.groupby("step").size())
+    assert np.array_equal(steps["groups_kept"], groups.groupby("step")["kept"].sum())
+    assert groups[groups["kept"]]["learnable"].all() and (groups.groupby("step")["kept"].sum() <= 4).all()
+    assert (steps["generation_rounds"] > 1).any()
+    manifest = json.loads((run / "manifest.json").read_text())
+    per_step = groups.groupby("step").size() * 2
+    assert manifest["status"] == "complete" and manifest["budget_spent"] and manifest["steps_done"] < 6
+    assert manifest["completions_generated"] == int(per_step.sum()) >= 40 > int(per_step.iloc[:-1].sum())
+
+
+def test_a_run_with_num_processes_launches_itself_through_accelerate(make_cfg, tmp_path, monkeypatch):
+    """train.num_processes: 2: the run (as the study's 03_train job calls it, in one process)
+    starts `accelerate launch --multi_gpu --num_processes 2` of diffgrpo.train with the study's
+    params, on the GPUs its job was given (here 2 CPU processes: gloo), and returns the run's
+    folder once the launched processes have trained it; a launch whose process count disagrees
+    with the params is refused (the count is in the run's key)."""
+    import subprocess
+    from pathlib import Path
+
+    plugin = tmp_path / "even_length.py"
+    plugin.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                      "from test_train import EvenLength\nfrom diffgrpo import tasks\n"
+                      "tasks._MODULES[EvenLength.name] = 'shuffled_objects'\ntasks._REGISTRY[EvenLength.name] = EvenLength\n")
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2).replace(
+        plugins=[str(plugin)])
+    launched = []
+    run = subprocess.run
+
+    def record(cmd, **kwargs):
+        launched.append(cmd)
+        return run(cmd, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", record)
+    out = train.train_run(cfg, "hard", seed=0, progress=False)
+    assert out == layout.run_dir(cfg, "hard", 0)
+    [cmd] = launched
+    assert cmd[1:4] == ["-m", "accelerate.commands.launch", "--multi_gpu"]
+    assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("-m", 2) + 1] == "diffgrpo.train"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["num_processes"] == 2
+    assert manifest["key"]["train"]["num_processes"] == 2
+    grpo = json.loads((out / "trl_config.json").read_text())["grpo"]
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (8, 1)
+    assert pd.read_parquet(out / "groups.parquet").groupby("step").size().to_dict() == {1: 4, 2: 4}
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="launched with 4 processes, but train.num_processes = 2"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
 
 
 def test_overlong_penalty_is_dapos_soft_punishment():

@@ -185,3 +185,61 @@ def test_one_engine_for_base_and_checkpoints(tmp_path, monkeypatch):
     vllm_backend._engine.cache_clear()
     assert len(built) == 1 and len({id(g.llm) for g in gens}) == 1
     assert [g.lora is None for g in gens] == [True, False, False]
+
+
+# ---- issue 17: every GPU params file's engines, against vLLM's own config classes -------------
+GPU_FILES = sorted(p.name for p in params.params_dir().glob("*.yaml")
+                   if p.name != params.DEFAULTS_FILE and params.load(p.name).model.device == "cuda")
+
+
+#: GPU files that name no model of their own (gpu.yaml, paper000_gpu, paper003_gpu: layers that
+#: paper files go on; paper003_released_code) run the embedded default, whose 256 positions no
+#: GPU length here fits (vLLM refuses max_model_len 1024 > 256): they are not checked as studies
+GPU_MODELS = sorted({params.load(f).model.path for f in GPU_FILES} - {"embedded"})
+
+
+@needs_vllm
+@pytest.mark.parametrize("model", GPU_MODELS)
+def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
+    """The two engines a GPU study starts, per params file, built by vLLM's own config classes
+    without a GPU (``EngineArgs.create_engine_config`` needs a platform, which a CPU machine has
+    not): the probe/evaluation engine (:func:`engine_kwargs`) and TRL 1.16's colocated one
+    (its ``LLM(...)`` in trl/generation/vllm_generation.py: ``vllm_max_model_length``,
+    ``max_num_batched_tokens=4096``, sleep mode). The model's own limit comes from vLLM's
+    ModelConfig over the project's shipped config.json (offline); the LoRA rank from LoRAConfig,
+    which refuses a rank vLLM does not serve (r 4)."""
+    import vllm
+    from vllm.config import LoRAConfig, SchedulerConfig
+
+    from diffgrpo import curriculum, plan
+    from diffgrpo.vllm_backend import engine_kwargs
+
+    files = [f for f in GPU_FILES if params.load(f).model.path == model]
+    folder = plan._config_file(params.load(files[0]))[0].parent
+    fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    limit = vllm.EngineArgs(model=str(folder), tokenizer=str(folder), dtype="bfloat16").create_model_config().max_model_len
+    with pytest.raises(Exception, match="max_lora_rank"):
+        LoRAConfig(max_lora_rank=4, max_loras=1)
+    for f in files:
+        cfg = params.load(f)
+        kw = engine_kwargs(cfg.replace(**{"model.path": str(folder)}))
+        assert set(kw) <= fields, f
+        args = vllm.EngineArgs(**kw)
+        assert kw["max_model_len"] is not None and kw["max_model_len"] <= limit, (f, kw["max_model_len"], limit)
+        lora = LoRAConfig(max_lora_rank=args.max_lora_rank, max_loras=args.max_loras)
+        assert lora.max_lora_rank >= max(cfg.for_arm(a.name).train.lora.r for a in cfg.arms), f
+        SchedulerConfig(max_model_len=kw["max_model_len"], is_encoder_decoder=False)
+        # TRL's colocated engine
+        t = cfg.train
+        assert t.use_vllm and t.vllm_mode == "colocate", f"{f}: training does not generate with vLLM"
+        trl_len = t.trl.get("vllm_max_model_length")
+        assert trl_len is not None and trl_len <= limit, (f, trl_len, limit)
+        longest = max(lv.max_completion_length for a in cfg.arms for lv in curriculum.run_levels(cfg.for_arm(a.name), a.name))
+        assert trl_len >= longest, f"{f}: colocated vLLM's context {trl_len} < a completion of {longest}"
+        trl_engine = dict(tensor_parallel_size=t.vllm_tensor_parallel_size, gpu_memory_utilization=t.vllm_gpu_memory_utilization,
+                          max_model_len=trl_len, enable_sleep_mode=t.trl.get("vllm_enable_sleep_mode", False),
+                          distributed_executor_backend="external_launcher", max_num_batched_tokens=4096,
+                          logprobs_mode="processed_logprobs")
+        assert set(trl_engine) <= fields
+        vllm.EngineArgs(model=str(folder), **trl_engine)
+        SchedulerConfig(max_model_len=trl_len, is_encoder_decoder=False, max_num_batched_tokens=4096)

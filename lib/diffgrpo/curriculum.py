@@ -53,16 +53,21 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
 
 
 def check_levels_fit(levels: list[Level], cfg: Config, n_processes: int) -> None:
-    """Dynamic sampling and the completion budget count the groups one process scored and cut one
-    generated batch: one process, one generation per update."""
+    """What dynamic sampling cannot do: with several passes per update (gradient accumulation,
+    or several processes) a part-filled update is padded with masked rows, which weighs its
+    groups as one pass over them would for the "grpo", "dr_grpo" and "dapo" losses
+    (diffgrpo.train.trainer.loss_scale), not for "bnpo", which normalises each pass by its own
+    tokens."""
     for lv in levels:
-        if lv.dynamic_rounds is None and lv.max_completions is None:
+        if lv.dynamic_rounds is None or cfg.train.loss_type != "bnpo":
             continue
         b = devices.batching(lv.prompts_per_step, lv.group_size, n_processes, cfg.train.per_device_prompts)
         if n_processes > 1 or b.gradient_accumulation_steps > 1:
-            raise ValueError(f"dynamic sampling and train.max_completions need one process and one forward pass per "
-                             f"update (here {n_processes} process(es), {b.gradient_accumulation_steps} accumulation "
-                             "steps); set train.per_device_prompts to null and launch one process")
+            raise ValueError(f"dynamic sampling with train.loss_type 'bnpo' needs one process and one pass per update "
+                             f"(here {n_processes} process(es), {b.gradient_accumulation_steps} passes): bnpo "
+                             "normalises each pass by its own tokens, so an update that dynamic sampling leaves "
+                             "part-filled cannot weigh its groups as one pass does. Use loss_type dapo or grpo, or "
+                             "set train.per_device_prompts to null and launch one process")
 
 
 def copy_adapters(level_ckpts: Path, ckpt_dir: Path, offset: int) -> None:

@@ -51,6 +51,21 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def sum_over_processes(values: list[int]) -> list[int]:
+    """``values`` summed over the processes of a launched job (an all-reduce: every process
+    must call it at the same point, or the others wait); the values themselves with one
+    process. How training processes agree on what each alone cannot see: dynamic sampling's
+    rounds and kept groups, the completion budget (diffgrpo.train.trainer)."""
+    if num_processes() == 1:
+        return [int(v) for v in values]
+    import torch.distributed as dist
+    from accelerate import PartialState
+
+    t = torch.tensor([int(v) for v in values], dtype=torch.long, device=PartialState().device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return [int(v) for v in t.tolist()]
+
+
 @dataclass(frozen=True)
 class Batching:
     """One optimizer update's completions, split over processes and accumulation steps."""

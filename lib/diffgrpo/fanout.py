@@ -47,6 +47,9 @@ class NotebookJob:
     after: tuple[str, ...] = ()
     #: a number read when the job is ready to start (its inputs exist by then): higher starts first
     priority: Callable[[], float] | None = field(default=None, hash=False, compare=False, repr=False)
+    #: GPUs the job takes when it is of a stage that runs the model (:data:`GPU_STAGES`): a
+    #: training run that spans several (``train.num_processes``) takes as many
+    gpus: int = 1
 
     def rank(self) -> float:
         return self.priority() if self.priority is not None else 0.0
@@ -100,16 +103,16 @@ class LocalExecutor:
     output beside its notebook (``<name>.log``).
 
     ``gpus``: the GPU ids this machine lends to the study (on a node with several GPUs). A job
-    of a stage that runs the model (:data:`GPU_STAGES`) then starts only when ``gpus_per_job``
-    of them are free and sees only those (``CUDA_VISIBLE_DEVICES``), so ``workers`` jobs run at
-    once each on its own GPU(s) rather than all on ``cuda:0``; the others see none."""
+    of a stage that runs the model (:data:`GPU_STAGES`) then starts only when its
+    :attr:`NotebookJob.gpus` of them are free and sees only those (``CUDA_VISIBLE_DEVICES``), so
+    ``workers`` jobs run at once each on its own GPU(s) rather than all on ``cuda:0``; the others
+    see none."""
 
     workers: int = 1
     kernel: str | None = None
     progress: bool = True
     poll_s: float = 0.2
     gpus: tuple[str, ...] = ()
-    gpus_per_job: int = 1
 
     def run(self, jobs: Sequence[NotebookJob],
             on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
@@ -124,15 +127,17 @@ class LocalExecutor:
         bar = tqdm(total=len(jobs), desc=f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
         shown = ""  # the running jobs the bar names, redrawn only when they change
         parent = os.getpid()
-        if self.gpus and len(self.gpus) < self.gpus_per_job:
-            raise ValueError(f"{self.gpus_per_job} GPU(s) per job, but only {list(self.gpus)} are lent to the study")
+        greedy = [j for j in jobs if self.gpus and j.stage in GPU_STAGES and j.gpus > len(self.gpus)]
+        if greedy:
+            raise ValueError(f"job {greedy[0].name!r} needs {greedy[0].gpus} GPU(s), but only {list(self.gpus)} are lent "
+                             "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
                     candidates = [j for j in pending if set(j.after) <= done
-                                  and (not self.gpus or j.stage not in GPU_STAGES or len(free) >= self.gpus_per_job)]
+                                  and (not self.gpus or j.stage not in GPU_STAGES or len(free) >= j.gpus)]
                     if not candidates:
                         break
                     ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
@@ -140,7 +145,7 @@ class LocalExecutor:
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
                     env = {**os.environ, DIE_WITH_ENV: str(parent)}
                     if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
-                        held[ready.name] = [free.pop(0) for _ in range(self.gpus_per_job)] \
+                        held[ready.name] = [free.pop(0) for _ in range(ready.gpus)] \
                             if ready.stage in GPU_STAGES else []
                         env[VISIBLE_GPUS_ENV] = ",".join(held[ready.name])
                     log = open(ready.log_path, "w")

@@ -145,6 +145,7 @@ class TrainConfig(_Section):
         description="TRL's trackers (tensorboard: event files in runs/<run>/tensorboard/); not in a run's key")
     lora: LoraParams
     per_device_prompts: PosInt | None
+    num_processes: PosInt = Field(description="processes one training run spans (accelerate launch; one GPU each)")
     bf16: bool
     gradient_checkpointing: bool
     merge_lora_for_generation: bool

@@ -349,13 +349,20 @@ def run_steps(cfg: Config, arm: str) -> int:
 
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
-    :func:`diffgrpo.devices.batching` derives on one process. Dynamic sampling with gradient
-    accumulation is planned as if it worked (the trainer refuses it today: curriculum.check_levels_fit)."""
+    :func:`diffgrpo.devices.batching` derives on each of its ``train.num_processes`` processes
+    (a pass's memory is one process's; the times stay one GPU's). With dynamic sampling a part-filled
+    update is padded to its planned passes (diffgrpo.train.trainer.pad_batch), so a pass never
+    holds more than planned."""
     acfg = cfg.for_arm(arm)
     out = []
     n = selected_prompts(cfg, arm) if acfg.train.epochs is not None else None
     for lv in run_levels(acfg, arm, n):
-        b = devices.batching(lv.prompts_per_step, lv.group_size, 1, acfg.train.per_device_prompts)
+        try:
+            b = devices.batching(lv.prompts_per_step, lv.group_size, acfg.train.num_processes,
+                                 acfg.train.per_device_prompts)
+        except ValueError as err:  # the study stops here, before any notebook, naming the keys
+            raise PlanError(f"arm {arm!r}{'' if lv.name is None else f' level {lv.name!r}'}: {err} "
+                            "(train.num_processes)") from None
         out.append(TrainWork(lv.name or "-", lv.steps, lv.prompts_per_step, lv.group_size, lv.max_completion_length,
                              b.per_device_prompts, b.gradient_accumulation_steps, lv.dynamic_rounds or 1,
                              lv.max_completions))
@@ -568,9 +575,6 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             notes = []
             if acfg.train.epochs is not None and cfg.arm(arm).selected_count(cfg.select, split_rows(cfg, "pool")) is None:
                 notes.append("train.epochs over the whole pool: an upper bound until 02_select sizes the arm's set")
-            if any(x.rounds > 1 or x.max_completions is not None for x in works) and any(x.accumulation > 1 for x in works):
-                notes.append("dynamic sampling / max_completions with accumulation: planned as if it worked "
-                             "(the trainer refuses it today: curriculum.check_levels_fit)")
             row.update(prompts=sum(x.steps * x.rounds * x.prompts_per_step for x in works),
                        completions=sum(x.completions for x in works),
                        tokens_generated=sum(x.completions * x.completion for x in works),

@@ -194,7 +194,7 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
     model's evaluation needs nothing before it, so it runs beside the probe."""
     out: list[NotebookJob] = []
 
-    def add(stage: str, rid: str | None, after: list[str], priority=None, **extra) -> None:
+    def add(stage: str, rid: str | None, after: list[str], priority=None, gpus: int = 1, **extra) -> None:
         if stage not in stages:
             return
         parameters = {**nb_params, **extra}
@@ -202,7 +202,7 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
             parameters["overrides"] = {**nb_params["overrides"], "workers": 1}
         name = stage if rid is None else f"{stage} {rid}"
         out.append(NotebookJob(name, stage, layout.executed_notebook(cfg, stage, rid), parameters,
-                               tuple(a for a in after if a.split(" ")[0] in stages), priority))
+                               tuple(a for a in after if a.split(" ")[0] in stages), priority, gpus))
 
     add("01_probe", None, [])
     add("02_select", None, ["01_probe"])
@@ -210,7 +210,7 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
     for arm, seed in layout.planned_runs(cfg):
         rid = layout.run_id(arm, seed)
         add("03_train", rid, ["02_select"], functools.cache(functools.partial(training_cost, cfg, arm, seed)),
-            arm=arm, seed=seed)
+            gpus=cfg.for_arm(arm).train.num_processes, arm=arm, seed=seed)
         add("04_evaluate", rid, [f"03_train {rid}", f"04_evaluate {layout.BASE_RUN}"], arm=arm, seed=seed)
     add("05_analyze", None, [j.name for j in out])
     return out

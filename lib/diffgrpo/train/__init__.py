@@ -3,9 +3,11 @@
 By concern: :mod:`.run` (one run, resumed where it stopped), :mod:`.config` (GRPOConfig and
 LoRA), :mod:`.trainer` (one GRPO step as TRL runs it and where diffgrpo changes it: prompt
 order, merged-LoRA generation, dynamic sampling, the completion budget), :mod:`.records`
-(groups and steps; learnable %); paper 002's EPRLI levels are :mod:`diffgrpo.curriculum`. One run from the command line, or on several GPUs::
+(groups and steps; learnable %); paper 002's EPRLI levels are :mod:`diffgrpo.curriculum`. One run from the command line, or on several GPUs
+(``train.num_processes``, which a run with N > 1 also starts by itself: :func:`.run.launch_run`)::
 
-    accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0
+    accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0 \
+        --set train.num_processes=4
 """
 
 from .config import checkpointing_argument, grpo_kwargs, lora_config

@@ -91,9 +91,9 @@ class Recorder(TrainerCallback):
         groups = pd.DataFrame(self.groups, columns=GROUP_COLUMNS)
         return steps, groups
 
-    def write(self, run_dir: Path) -> None:
+    def write(self, run_dir: Path) -> list[dict]:
         """Every process calls it (at each save and at the end); with several, the groups each
-        one scored are gathered and the main process writes them."""
+        one scored are gathered and the main process writes them. Returns every process's groups."""
         if devices.num_processes() > 1:
             from accelerate.utils import gather_object
 
@@ -102,8 +102,9 @@ class Recorder(TrainerCallback):
                                 level=self.level)
             if devices.is_main_process():
                 everyone.write_frames(run_dir)
-        else:
-            self.write_frames(run_dir)
+            return gathered
+        self.write_frames(run_dir)
+        return self.groups
 
     def write_frames(self, run_dir: Path) -> None:
         steps, groups = self.frames()

@@ -16,6 +16,7 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -99,8 +100,16 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
     """Train one (arm, seed) run (``strategy``: the arm's name); resume it if interrupted, skip it
     if finished. Returns its folder. One writer at a time: a second process training the same
     run is refused. The arm's own training settings apply (:meth:`Config.for_arm`)."""
+    launched = cfg.for_arm(strategy).train.num_processes
+    if devices.num_processes() == 1 and launched > 1:  # the study's 03_train job: start the processes
+        return launch_run(cfg, strategy, seed, launched, force=force)
     cfg = cfg.for_arm(strategy)
     run_dir = layout.run_dir(cfg, strategy, seed)
+    if devices.num_processes() != launched:
+        raise ValueError(f"run {layout.run_id(strategy, seed)}: launched with {devices.num_processes()} processes, but "
+                         f"train.num_processes = {launched} (it is part of the run's key): set train.num_processes "
+                         f"to {devices.num_processes()} (--set train.num_processes={devices.num_processes()}), or let "
+                         "the study start the processes")
     if not devices.is_main_process():  # under a launcher the main process holds the lock and writes
         return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
     with artifacts.exclusive(run_dir):
@@ -233,7 +242,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             with quiet_renamed_arguments():
                 output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
             local = trainer.state.global_step
-        recorder.write(run_dir)
+        written = recorder.write(run_dir)  # every process's groups
         level_spent = budget.spent()
         if not one:
             if local < lv.steps and not level_spent:  # stopped early (a callback): the run stops here
@@ -241,7 +250,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
                 break
             if is_main:
                 eprli.copy_adapters(lv_ckpt, ckpt_dir, offset)
-            level_groups = pd.DataFrame([g for g in recorder.groups if g["level"] == lv.name])
+            level_groups = pd.DataFrame([g for g in written if g["level"] == lv.name])
             level_steps = pd.DataFrame([r for r in recorder.steps if r.get("level") == lv.name])
             record = {
                 "level": lv.name, "local_steps": local, "steps_done": local, "first_step": offset + 1,
@@ -265,7 +274,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         del trainer, model
 
     if recorder is None:  # every level was finished before an interruption
-        steps, groups = runs.previous_rows(run_dir, offset)
+        steps, groups = runs.previous_rows(run_dir, offset) if is_main else ([], [])
         recorder = Recorder(task, levels[-1].group_size, steps, groups)
     step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
     finished = offset >= max_steps or budget_spent
@@ -280,9 +289,49 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
         "train_loss": output.training_loss if output is not None else None,
-        "completions_generated": recorder.completions_generated(),
+        "completions_generated": devices.sum_over_processes([recorder.completions_generated()])[0],  # main: earlier sessions' too
         "budget_spent": finished and offset < max_steps,
     })
+    return run_dir
+
+
+def launch_command(params_file: Path, strategy: str, seed: int, n_processes: int, port: int) -> list[str]:
+    """The command that trains one run on ``n_processes`` processes (one GPU each):
+    ``accelerate launch`` of :func:`main`, mixed precision left to the params (``train.bf16``)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n_processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port), "-m", "diffgrpo.train", str(params_file),
+            "--arm", strategy, "--seed", str(seed)]
+
+
+def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force: bool = False) -> Path:
+    """Train one run on ``train.num_processes`` processes: :func:`launch_command` with the
+    study's params (written to a temporary file), in the GPUs this process may use
+    (``CUDA_VISIBLE_DEVICES``, which the study runner sets per job); its output is printed
+    after it ends. Returns the run's folder, as :func:`train_run` does."""
+    import socket
+    import subprocess
+    import tempfile
+
+    run_dir = layout.run_dir(cfg.for_arm(strategy), strategy, seed)
+    if force and run_dir.exists():
+        with artifacts.exclusive(run_dir):
+            shutil.rmtree(run_dir)
+    with socket.socket() as s:  # a free port: several launched runs may share a node
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
+        params_file = Path(tmp) / "params.yaml"
+        params_file.write_text(params.dump(cfg))
+        cmd = launch_command(params_file, strategy, seed, n_processes, port)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    print(done.stdout, end="")
+    print(done.stderr, end="", file=sys.stderr)
+    if done.returncode != 0:
+        errors = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error:" in ln]
+        raise RuntimeError(f"run {layout.run_id(strategy, seed)} on {n_processes} processes failed (exit "
+                           f"{done.returncode}): {errors[-1].strip() if errors else 'see its output above'}\n"
+                           f"  command: {' '.join(cmd)}")
     return run_dir
 
 
@@ -295,12 +344,15 @@ def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """One run from the command line; the way to train on several GPUs:
+    """One run from the command line; on several GPUs (what ``train.num_processes: 4`` starts by
+    itself, :func:`launch_run`):
 
-        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0
+        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0 \
+            --set train.num_processes=4
 
     Each process trains on its share of every update (diffgrpo.devices.batching); the main
-    process writes the run's files. The study's 03_train stage then finds the run finished."""
+    process writes the run's files. The study's 03_train stage then finds the run finished
+    (with the same train.num_processes: it is part of the run's key)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,

@@ -16,7 +16,7 @@ from trl import GRPOTrainer
 from peft.tuners.tuners_utils import BaseTunerLayer
 from trl.trainer.utils import RepeatSampler
 
-from .. import artifacts, layout
+from .. import artifacts, devices, layout
 from .records import Recorder
 
 
@@ -57,8 +57,13 @@ def merged_lora(model):
 #: tensors dynamic sampling cuts to the kept groups. Another key (a TRL upgrade, images, tools)
 #: stops training rather than letting a tensor slip through uncut.
 BATCH_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
-              "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"}
+              "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio"}
 LEFT_PADDED = ("prompt_ids", "prompt_mask")
+#: the loss types whose loss is a mean over the rows (sequences) of a pass: a padded update is
+#: weighed back to its kept rows (``loss_scale``). "dapo" divides by the update's token count
+#: (``num_items_in_batch``), which padded rows do not enter; "bnpo" (each pass by its own tokens)
+#: cannot weigh a part-filled update as one pass (curriculum.check_levels_fit refuses it).
+ROW_MEAN_LOSSES = ("grpo", "dr_grpo")
 #: per-step records of generation, always logged (steps.parquet)
 GENERATION_METRICS = ("groups_generated", "groups_kept", "dropped_all_correct", "dropped_all_wrong",
                       "dropped_other", "generation_rounds", "completions_generated")
@@ -97,6 +102,46 @@ def merge_batches(parts: list[tuple[dict, list[int]]], group_size: int, pad_toke
     return out
 
 
+def pad_batch(batch: dict, rows: int) -> dict:
+    """``batch`` with rows appended up to ``rows``: copies of its first rows with the completion
+    masked out and advantage 0, so they add nothing to the loss, its gradient or
+    ``num_items_in_batch``. Used so that a part-filled update still splits into TRL's
+    ``steps_per_generation`` equal passes. The prompt's attention stays (a row with no attended
+    token would give NaN logits, and NaN x 0 is NaN)."""
+    have = batch["completion_mask"].size(0)
+    if rows <= have:
+        return batch
+    if not have:
+        raise ValueError("cannot pad an empty batch: no row to copy")
+    idx = torch.arange(rows - have) % have
+    out = {}
+    for key, value in batch.items():
+        if not torch.is_tensor(value) or value.dim() == 0:
+            out[key] = value
+            continue
+        fill = value[idx.to(value.device)]
+        if key in ("completion_mask", "advantages"):
+            fill = torch.zeros_like(fill)
+        out[key] = torch.cat([value, fill], dim=0)
+    return out
+
+
+def passes_rows(rows: int, passes: int) -> int:
+    """Rows of an update padded so TRL splits it into ``passes`` equal, non-empty passes."""
+    return max(passes, -(-rows // passes) * passes)
+
+
+def loss_scale(loss_type: str, rows: int, n_processes: int, kept_rows: int) -> float:
+    """What a padded update's loss is multiplied by so its gradient is that of its kept rows in
+    one pass over them all: for a row-mean loss ("grpo", "dr_grpo") each of this process's
+    ``rows`` rows weighs 1/rows in TRL's accumulation and processes average, while one pass over
+    the ``kept_rows`` kept rows of every process weighs each 1/kept_rows. 1 for "dapo" (token
+    normalised over the update) and when nothing is kept (no token enters the loss)."""
+    if loss_type not in ROW_MEAN_LOSSES or kept_rows == 0:
+        return 1.0
+    return rows * n_processes / kept_rows
+
+
 class Trainer(GRPOTrainer):
     """GRPOTrainer with a resumable prompt order, our rows saved with each checkpoint, and
     dynamic sampling (``dynamic_rounds``: generation rounds per update at most; None: off).
@@ -109,8 +154,14 @@ class Trainer(GRPOTrainer):
     on what it holds (with no mixed group at all, every token is masked out of the loss). The
     extra prompts of round r of step s are a draw seeded by (seed, s, r) from the prompts not yet
     generated at that step, so a resumed run draws what an uninterrupted one did. Advantages are
-    computed per round (per group with ``scale_rewards: group``, so combining rounds changes none). One
-    process and one generation per update only (checked by :func:`train_run`).
+    computed per round (per group with ``scale_rewards: group``, so combining rounds changes none).
+
+    With gradient accumulation TRL splits the update into ``steps_per_generation`` equal passes:
+    a part-filled update is padded with masked rows (:func:`pad_batch`) and, for a row-mean
+    loss, its loss rescaled (:func:`loss_scale`), so its gradient is that of its kept groups in
+    one pass. With several processes each fills its own share; they run the same number of
+    rounds (until every process is full, or ``dynamic_rounds``), draw distinct extra prompts,
+    and log the counts of all processes together.
 
     With ``merge_for_generation`` (``train.merge_lora_for_generation``) transformers generates
     with the LoRA merged into the base weights (:func:`merged_lora`).
@@ -133,18 +184,18 @@ class Trainer(GRPOTrainer):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         g = self.num_generations
-        wanted = len(inputs) // g
+        wanted = len(inputs) // g  # this process's groups of the update
+        n = self.accelerator.num_processes
         self.recorder.round = 1
         first = len(self.recorder.groups)
         batch = super()._generate_and_score_completions(inputs)
         counts = dict.fromkeys(GENERATION_METRICS, 0)
         counts["generation_rounds"] = 1
         if self.dynamic_rounds is None:  # every group enters the update, as TRL does (all processes')
-            n = self.accelerator.num_processes
             counts.update(groups_generated=wanted * n, groups_kept=wanted * n, completions_generated=len(inputs) * n)
             self._log_counts(counts)
             return batch
-        seen = {x["id"] for x in inputs}
+        seen = set(self._every_process([x["id"] for x in inputs]))
         parts, kept = [], 0
         while True:
             rows = self.recorder.groups[first:]
@@ -155,31 +206,64 @@ class Trainer(GRPOTrainer):
             if take:
                 parts.append((batch, take))
             kept += len(take)
-            if kept >= wanted or counts["generation_rounds"] >= self.dynamic_rounds:
+            short = devices.sum_over_processes([int(kept < wanted)])[0]  # every process decides alike
+            if not short or counts["generation_rounds"] >= self.dynamic_rounds:
                 break
             counts["generation_rounds"] += 1
             self.recorder.round = counts["generation_rounds"]
-            extra = self._draw_prompts(wanted, counts["generation_rounds"], seen)
-            seen.update(x["id"] for x in extra)
+            extra, drawn = self._draw_prompts(wanted, counts["generation_rounds"], seen)
+            seen.update(drawn)
             first = len(self.recorder.groups)
             batch = super()._generate_and_score_completions([x for x in extra for _ in range(g)])
         counts["groups_kept"] = kept
+        totals = devices.sum_over_processes([counts[k] for k in GENERATION_METRICS if k != "generation_rounds"])
+        counts.update(zip([k for k in GENERATION_METRICS if k != "generation_rounds"], totals))
         self._log_counts(counts)
-        if not parts:  # nothing learnable: an update whose loss has no token
-            return {**batch, "completion_mask": torch.zeros_like(batch["completion_mask"]),
-                    "advantages": torch.zeros_like(batch["advantages"]),
-                    "num_items_in_batch": batch["completion_mask"].sum() * 0}
-        return merge_batches(parts, g, self._tokenizer.pad_token_id)
+        if parts:
+            out = merge_batches(parts, g, self._tokenizer.pad_token_id)
+        else:  # nothing learnable here: an update whose loss has no token
+            out = {**batch, "completion_mask": torch.zeros_like(batch["completion_mask"]),
+                   "advantages": torch.zeros_like(batch["advantages"])}
+        # TRL splits the update into equal passes and gathers per-row metrics of each pass over
+        # the processes: every process's update padded to the same rows
+        rows = passes_rows(out["completion_mask"].size(0), self.args.steps_per_generation)
+        out = pad_batch(out, max(self._every_process([rows])))
+        local = out["completion_mask"].sum()
+        out["num_items_in_batch"] = self.accelerator.gather(local).sum() if n > 1 else local
+        scale = loss_scale(self.loss_type, out["completion_mask"].size(0), n, counts["groups_kept"] * g)
+        if scale != 1.0:
+            out["loss_scale"] = torch.tensor(scale, device=local.device)
+        return out
 
-    def _draw_prompts(self, n: int, generation_round: int, seen: set) -> list[dict]:
-        """``n`` dataset rows for an extra round: seeded by (seed, step, round), drawn from the
-        prompts this step has not generated yet (all of them once every one has been)."""
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        return loss if "loss_scale" not in inputs else loss * inputs["loss_scale"]
+
+    def _every_process(self, items: list) -> list:
+        """``items`` of every process (in rank order); this process's alone when it is the only one."""
+        if self.accelerator.num_processes == 1:
+            return list(items)
+        from accelerate.utils import gather_object
+
+        return list(gather_object(list(items)))
+
+    def _draw_prompts(self, n: int, generation_round: int, seen: set) -> tuple[list[dict], list]:
+        """``n`` dataset rows for an extra round, and the ids every process drew: seeded by
+        (seed, step, round), drawn from the prompts this step has not generated yet (all of them
+        once fewer are left than processes). Every process draws the same ``n`` x processes and
+        takes its own slice, so processes get distinct prompts and equally many (TRL gathers
+        their rewards)."""
         ds = self.train_dataset
-        fresh = [i for i, pid in enumerate(ds["id"]) if pid not in seen] or list(range(len(ds)))
+        procs, rank = self.accelerator.num_processes, self.accelerator.process_index
+        fresh = [i for i, pid in enumerate(ds["id"]) if pid not in seen]
+        if len(fresh) < procs:
+            fresh = list(range(len(ds)))
         rng = np.random.default_rng([self.args.seed, self.recorder.step_offset + self.state.global_step + 1,
                                      generation_round])
-        chosen = rng.choice(len(fresh), size=min(n, len(fresh)), replace=False)
-        return [ds[int(fresh[i])] for i in chosen]
+        each = min(n * procs, len(fresh)) // procs
+        chosen = [int(fresh[i]) for i in rng.choice(len(fresh), size=each * procs, replace=False)]
+        ids = ds["id"]
+        return [ds[i] for i in chosen[rank * each:(rank + 1) * each]], [ids[i] for i in chosen]
 
     @staticmethod
     def _count(counts: dict, rows: list[dict]) -> None:
@@ -219,13 +303,18 @@ class Trainer(GRPOTrainer):
 
 class Budget(TrainerCallback):
     """Stops training (and saves) at the first step whose generated completions reach the
-    level's budget, counted from ``before`` (the completions of earlier levels)."""
+    level's budget, counted from ``before`` (the completions of earlier levels). With several
+    processes the count is every process's (summed, so all stop at the same step): the main
+    process holds the groups of earlier sessions, each process those it scored in this one.
+    Every process must call :meth:`spent` at the same points (it is a collective)."""
 
     def __init__(self, recorder: Recorder, budget: int | None, before: int):
         self.recorder, self.budget, self.before = recorder, budget, before
 
     def spent(self) -> bool:
-        return self.budget is not None and self.recorder.completions_generated() - self.before >= self.budget
+        if self.budget is None:
+            return False
+        return devices.sum_over_processes([self.recorder.completions_generated() - self.before])[0] >= self.budget
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.spent():
