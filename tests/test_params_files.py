@@ -127,7 +127,7 @@ def test_every_gpu_file_builds_trls_gpu_config(name, tmp_path, monkeypatch):
     cfg = params.load(name)
     for arm in cfg.arms:
         acfg = cfg.for_arm(arm.name)
-        for lv in train.run_levels(acfg, arm.name):
+        for lv in train.run_levels(acfg, arm.name, plan.selected_prompts(cfg, arm.name)):
             args = GRPOConfig(**train.grpo_kwargs(acfg, 0, tmp_path / arm.name, acfg.train.num_processes, lv))
             assert args.bf16 and not args.use_cpu and args.mixed_precision == "bf16", (name, arm.name)
             assert getattr(args, train.checkpointing_argument()), (name, arm.name)

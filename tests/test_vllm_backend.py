@@ -234,7 +234,8 @@ def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
         assert t.use_vllm and t.vllm_mode == "colocate", f"{f}: training does not generate with vLLM"
         trl_len = t.trl.get("vllm_max_model_length")
         assert trl_len is not None and trl_len <= limit, (f, trl_len, limit)
-        longest = max(lv.max_completion_length for a in cfg.arms for lv in curriculum.run_levels(cfg.for_arm(a.name), a.name))
+        longest = max(lv.max_completion_length for a in cfg.arms
+                      for lv in curriculum.run_levels(cfg.for_arm(a.name), a.name, plan.selected_prompts(cfg, a.name)))
         assert trl_len >= longest, f"{f}: colocated vLLM's context {trl_len} < a completion of {longest}"
         trl_engine = dict(tensor_parallel_size=t.vllm_tensor_parallel_size, gpu_memory_utilization=t.vllm_gpu_memory_utilization,
                           max_model_len=trl_len, enable_sleep_mode=t.trl.get("vllm_enable_sleep_mode", False),
