@@ -19,7 +19,6 @@ import argparse
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch

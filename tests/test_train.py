@@ -297,24 +297,35 @@ train.train_run(cfg, "hard", seed=0, progress=False)
 """
 
 
-def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
-    """2 CPU processes (gloo) started by torchrun, as `accelerate launch --multi_gpu` starts
-    one per GPU (its `--cpu` starts only one): each takes half of every update, the main
-    process writes the run, and groups.parquet holds every group of both processes."""
+def _torchrun_two_processes(cfg, tmp_path) -> None:
+    """Train ``cfg``'s hard-seed0 run in 2 CPU processes (gloo) started by torchrun on a free
+    port (a fixed one collides with another test session's run on the same machine)."""
     import os
+    import socket
     import subprocess
     import sys
     from pathlib import Path
 
-    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2)
     params_file = tmp_path / "launched.yaml"
     params_file.write_text(params.dump(cfg))
     script = tmp_path / "launched.py"
     script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29533", str(script)], env=env, capture_output=True, text=True, timeout=600)
+                           "--master_port", str(port), str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
+    """2 CPU processes (gloo) started by torchrun, as `accelerate launch --multi_gpu` starts
+    one per GPU (its `--cpu` starts only one): each takes half of every update, the main
+    process writes the run, and groups.parquet holds every group of both processes."""
+
+    cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2)
+    _torchrun_two_processes(cfg, tmp_path)
 
     run = layout.run_dir(cfg, "hard", 0)
     grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
@@ -667,21 +678,10 @@ def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_pa
     """2 CPU processes (gloo), 1 prompt a pass (2 passes on each), dynamic sampling and a
     completion budget: both run the same rounds (every round holds both processes' groups, none
     hangs), draw distinct extra prompts, stop at the same step, and the record counts both."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     cfg = make_cfg(n_select=16, max_steps=6, save_steps=2, prompts_per_step=4, per_device_prompts=1, group_size=2,
                    max_completions=40, num_processes=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
-    params_file = tmp_path / "launched.yaml"
-    params_file.write_text(params.dump(cfg))
-    script = tmp_path / "launched.py"
-    script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29534", str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _torchrun_two_processes(cfg, tmp_path)
 
     run = layout.run_dir(cfg, "hard", 0)
     grpo = json.loads((run / "trl_config.json").read_text())["grpo"]
