@@ -428,8 +428,8 @@ def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, 
 
 
 
-def test_difficulty_report(cfg: Config, out: Path, scores: Scores, selections: pd.DataFrame,
-                           control: list[str]) -> dict | None:
+def test_difficulty_report(cfg: Config, out: Path, scores: Scores, boot: Bootstrap, pairs: pd.DataFrame,
+                           selections: pd.DataFrame, control: list[str]) -> dict | None:
     """With ``probe.test``: every arm's gain per test-difficulty bin (``test_bins.*``,
     ``fig_test_bins.png``) and on the test prompts of its own training difficulty beside the
     common test set (``matched_test.*``, ``fig_matched_test.png``: 003's released code), and the
@@ -445,8 +445,8 @@ def test_difficulty_report(cfg: Config, out: Path, scores: Scores, selections: p
                f"binned by the base model's p_hat (K={cfg.probe.k}); 95% interval over the bin's test prompts and "
                "seeds\n\n" + markdown(bins.round(DIGITS)))
     save_figure(figures.plot_test_bins(bins), out / "fig_test_bins.png")
-    table, dists = td.matched(scores, p_hat, td.training_ranges(selections), n_boot, seed)
-    sp = td.spread(scores, table, dists, control, n_boot, seed)
+    table, dists = td.matched(scores, p_hat, td.training_ranges(selections), boot)
+    sp = td.spread(table, dists, pairs, control, seed)
     line = td.verdict(sp)
     write_csv(out / "matched_test.csv", table.round(DIGITS))
     write_text(out / "matched_test.md", "# Each arm scored on the common test set and on the test prompts of its own "
@@ -543,7 +543,7 @@ def report(cfg: Config) -> dict:
     if not steps.empty:
         save_figure(figures.plot_confounds(steps), out / "fig_length.png")
 
-    by_difficulty = test_difficulty_report(cfg, out, scores, selections, control)
+    by_difficulty = test_difficulty_report(cfg, out, scores, boot, pairs, selections, control)
 
     line, best = verdict_with_intervals(arms, pairs, metric, runs["base_acc"].iloc[0], n_prompts, control)
     summary = {

@@ -50,14 +50,15 @@ def test_p_hat(test_probe: pd.DataFrame, prompts: pd.Index) -> np.ndarray:
     return p.to_numpy(float)
 
 
-def _gain(scores, strategy: str, mask: np.ndarray, n_boot: int, seed: int) -> tuple[dict, MeanDist]:
+def _gain(scores, strategy: str, mask: np.ndarray, boot: Bootstrap) -> tuple[dict, MeanDist]:
+    """One arm's gain on the test prompts where ``mask`` is true (``boot``: resamples of as many)."""
     sub = scores.subset(mask)
-    boot = Bootstrap(int(mask.sum()), n_boot, seed)
-    gain = 100.0 * (sub.at(strategy) - sub.base[:, None])
+    final = sub.at(strategy)
+    gain = 100.0 * (final - sub.base[:, None])
     dist = mean_dist(gain, boot)
     lo, hi = dist.interval()
     return {"n_prompts": int(mask.sum()), "base_acc": 100.0 * float(sub.base.mean()),
-            "final_acc": 100.0 * float(sub.at(strategy).mean()), "gain_pp": dist.est, "ci_low": lo, "ci_high": hi,
+            "final_acc": 100.0 * float(final.mean()), "gain_pp": dist.est, "ci_low": lo, "ci_high": hi,
             "n_seeds": gain.shape[1]}, dist
 
 
@@ -67,23 +68,25 @@ def by_bin(scores, p_hat: np.ndarray, edges: list[float], n_boot: int, seed: int
     idx, rows = bin_of(p_hat, edges), []
     for b, label in enumerate(bin_labels(edges)):
         mask = idx == b
+        boot = Bootstrap(int(mask.sum()), n_boot, seed) if mask.sum() >= 2 else None  # shared by the bin's arms
         for strategy in strategy_order(s for s, _ in scores.runs):
             row = {"bin": label, "strategy": strategy}
-            row.update(_gain(scores, strategy, mask, n_boot, seed)[0] if mask.sum() >= 2 else {"n_prompts": int(mask.sum())})
+            row.update(_gain(scores, strategy, mask, boot)[0] if boot else {"n_prompts": int(mask.sum())})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def training_ranges(selections: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per arm, the lowest and highest p_hat among the prompts it trained on (every seed's)."""
-    g = selections.groupby("strategy")["p_hat"]
-    return {s: (float(lo), float(hi)) for s, lo, hi in zip(g.min().index, g.min(), g.max())}
+    g = selections.groupby("strategy")["p_hat"].agg(["min", "max"])
+    return {s: (float(lo), float(hi)) for s, lo, hi in zip(g.index, g["min"], g["max"])}
 
 
-def matched(scores, p_hat: np.ndarray, ranges: dict[str, tuple[float, float]], n_boot: int,
-            seed: int) -> tuple[pd.DataFrame, dict[tuple[str, str], MeanDist]]:
-    """Per (arm, scoring): ``common`` (every test prompt) and ``matched`` (the test prompts whose
-    p_hat lies in the arm's training range), with the distributions behind the intervals."""
+def matched(scores, p_hat: np.ndarray, ranges: dict[str, tuple[float, float]],
+            boot: Bootstrap) -> tuple[pd.DataFrame, dict[tuple[str, str], MeanDist]]:
+    """Per (arm, scoring): ``common`` (every test prompt; ``boot``, the study's resamples of
+    them) and ``matched`` (the test prompts whose p_hat lies in the arm's training range,
+    resampled as ``boot`` is), with the distributions behind the intervals."""
     rows, dists = [], {}
     everything = np.ones(len(p_hat), bool)
     for strategy in strategy_order(s for s, _ in scores.runs):
@@ -94,7 +97,8 @@ def matched(scores, p_hat: np.ndarray, ranges: dict[str, tuple[float, float]], n
                 rows.append({"strategy": strategy, "scoring": scoring, "p_hat_range": f"[{lo:g}, {hi:g}]",
                              "n_prompts": int(mask.sum())})
                 continue
-            row, dists[strategy, scoring] = _gain(scores, strategy, mask, n_boot, seed)
+            sboot = boot if scoring == "common" else Bootstrap(int(mask.sum()), boot.n_boot, boot.seed)
+            row, dists[strategy, scoring] = _gain(scores, strategy, mask, sboot)
             rows.append({"strategy": strategy, "scoring": scoring,
                          "p_hat_range": "[0, 1]" if scoring == "common" else f"[{lo:g}, {hi:g}]", **row})
     return pd.DataFrame(rows), dists
@@ -106,17 +110,17 @@ def _draws(dist: MeanDist, rng: np.random.Generator) -> np.ndarray:
     return dist.est + dist.dev + dist.se_seed * t
 
 
-def spread(scores, table: pd.DataFrame, dists: dict, control, n_boot: int, seed: int) -> dict | None:
+def spread(table: pd.DataFrame, dists: dict, pairs: pd.DataFrame, control, seed: int) -> dict | None:
     """First minus last verifier-reward arm, ranked by matched gain, under both scorings, with
-    95% intervals and the rankings; None with fewer than two such arms."""
+    95% intervals and the rankings; None with fewer than two such arms. On the common test set
+    it is the study's paired contrast of the two (``pairs``: :func:`uncertainty.contrasts`)."""
     real = table[(table["scoring"] == "matched") & ~table["strategy"].isin(set(control)) & table["gain_pp"].notna()]
     if len(real) < 2:
         return None
     ranked = real.sort_values("gain_pp", ascending=False)["strategy"].tolist()
     top, bottom = ranked[0], ranked[-1]
-    common = sorted(set(scores.seeds(top)) & set(scores.seeds(bottom)))
-    diff = 100.0 * (scores.at(top, seeds=common) - scores.at(bottom, seeds=common))
-    paired = mean_dist(diff, Bootstrap(len(scores.prompts), n_boot, seed))
+    pair = pairs[((pairs["a"] == top) & (pairs["b"] == bottom)) | ((pairs["a"] == bottom) & (pairs["b"] == top))].iloc[0]
+    sign = 1.0 if pair["a"] == top else -1.0
     rng = np.random.default_rng([seed, 19])
     unpaired = _draws(dists[top, "matched"], rng) - _draws(dists[bottom, "matched"], rng)
     by = table.set_index(["strategy", "scoring"])["gain_pp"]
@@ -124,8 +128,8 @@ def spread(scores, table: pd.DataFrame, dists: dict, control, n_boot: int, seed:
     out = {"first": top, "last": bottom,
            "matched": {"diff_pp": float(by[top, "matched"] - by[bottom, "matched"]),
                        "ci95": [float(v) for v in interval(unpaired, 1 - ALPHA)], "ranking": ranking["matched"]},
-           "common": {"diff_pp": paired.est, "ci95": [float(v) for v in paired.interval(1 - ALPHA)],
-                      "ranking": ranking["common"]}}
+           "common": {"diff_pp": sign * float(pair["diff_pp"]),
+                      "ci95": sorted(sign * float(pair[k]) for k in ("ci_low", "ci_high")), "ranking": ranking["common"]}}
     for sc in ("matched", "common"):
         lo, hi = out[sc]["ci95"]
         out[sc]["excludes_zero"] = bool(lo > 0 or hi < 0)
