@@ -18,7 +18,7 @@ import peft
 from peft import LoraConfig
 from trl import GRPOTrainer
 
-from diffgrpo import artifacts, data, layout, params, rewards, tasks, train
+from diffgrpo import artifacts, data, devices, layout, params, rewards, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
 
 from conftest import tensorboard_scalars
@@ -301,7 +301,6 @@ def _torchrun_two_processes(cfg, tmp_path) -> None:
     """Train ``cfg``'s hard-seed0 run in 2 CPU processes (gloo) started by torchrun on a free
     port (a fixed one collides with another test session's run on the same machine)."""
     import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
@@ -310,12 +309,9 @@ def _torchrun_two_processes(cfg, tmp_path) -> None:
     params_file.write_text(params.dump(cfg))
     script = tmp_path / "launched.py"
     script.write_text(LAUNCHED.format(tests=str(Path(__file__).parent), params_file=str(params_file)))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(port), str(script)], env=env, capture_output=True, text=True, timeout=600)
+                           "--master_port", str(devices.free_port()), str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -51,6 +51,16 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now, for a launched job's rendezvous: several launched
+    runs (or test sessions) on one node must not share a fixed one."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def sum_over_processes(values: list[int]) -> list[int]:
     """``values`` summed over the processes of a launched job (an all-reduce: every process
     must call it at the same point, or the others wait); the values themselves with one

@@ -309,7 +309,6 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
     study's params (written to a temporary file), in the GPUs this process may use
     (``CUDA_VISIBLE_DEVICES``, which the study runner sets per job); its output is printed
     after it ends. Returns the run's folder, as :func:`train_run` does."""
-    import socket
     import subprocess
     import tempfile
 
@@ -317,9 +316,7 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
     if force and run_dir.exists():
         with artifacts.exclusive(run_dir):
             shutil.rmtree(run_dir)
-    with socket.socket() as s:  # a free port: several launched runs may share a node
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = devices.free_port()  # several launched runs may share a node
     with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
         params_file = Path(tmp) / "params.yaml"
         params_file.write_text(params.dump(cfg))

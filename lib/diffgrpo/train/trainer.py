@@ -255,14 +255,14 @@ class Trainer(GRPOTrainer):
         their rewards)."""
         ds = self.train_dataset
         procs, rank = self.accelerator.num_processes, self.accelerator.process_index
-        fresh = [i for i, pid in enumerate(ds["id"]) if pid not in seen]
+        ids = ds["id"]
+        fresh = [i for i, pid in enumerate(ids) if pid not in seen]
         if len(fresh) < procs:
             fresh = list(range(len(ds)))
         rng = np.random.default_rng([self.args.seed, self.recorder.step_offset + self.state.global_step + 1,
                                      generation_round])
         each = min(n * procs, len(fresh)) // procs
         chosen = [int(fresh[i]) for i in rng.choice(len(fresh), size=each * procs, replace=False)]
-        ids = ds["id"]
         return [ds[i] for i in chosen[rank * each:(rank + 1) * each]], [ids[i] for i in chosen]
 
     @staticmethod
