@@ -246,6 +246,8 @@ class AnalyzeConfig(_Section):
 def budget_size(pool: int, frac: float | None, count: int | None) -> int:
     """A budget's prompt count: ``count``, or ``floor(frac x pool)`` (the one formula; the select
     stage checks that it fits, :func:`diffgrpo.select.budget`)."""
+    if count is None and frac is None:
+        raise ParamsError("select.budget_frac and select.budget_count are both null; set one")
     return count if count is not None else math.floor(frac * pool)
 
 

@@ -24,9 +24,8 @@ from .policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's e
 
 
 def budget(pool_size: int, frac: float | None, count: int | None) -> int:
-    """``floor(frac * pool_size)``, or ``count``; at least 1 and at most the pool."""
-    if count is None and frac is None:
-        raise SelectionError("select: set budget_frac or budget_count")
+    """``floor(frac * pool_size)``, or ``count`` (:func:`~diffgrpo.params.budget_size`); at
+    least 1 and at most the pool."""
     n = budget_size(pool_size, frac, count)
     if not 1 <= n <= pool_size:
         raise SelectionError(f"select: budget of {n} prompts does not fit a pool of {pool_size}")
@@ -57,9 +56,8 @@ def run_steps(cfg: Config, arm: str, seed: int) -> int:
 def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int | None:
     """The arm's prompt count (None for a policy defined by a set): its own budget_frac /
     budget_count when it sets either, else the study's ``select.*``."""
-    if not policies.get(arm.select).budgeted:
-        return None
-    return budget(pool_size, *arm.budget(cfg.select))
+    n = arm.selected_count(cfg.select, pool_size)
+    return None if n is None else budget(pool_size, None, n)  # its bounds checked
 
 
 def select_arm(cfg: Config, prompts: pd.DataFrame, arm: ArmConfig, train_seed: int | None = None) -> pd.DataFrame:
