@@ -341,10 +341,9 @@ def selected_prompts(cfg: Config, arm: str) -> int:
 
 
 def run_steps(cfg: Config, arm: str) -> int:
-    """A run's update steps as planned (:meth:`Config.run_steps`; with ``train.epochs``, of
-    :func:`selected_prompts`)."""
-    epochs = cfg.for_arm(arm).train.epochs is not None
-    return cfg.run_steps(arm, selected_prompts(cfg, arm) if epochs else None)
+    """A run's update steps as planned (:meth:`Config.run_steps` of :func:`selected_prompts`,
+    which only ``train.epochs`` reads)."""
+    return cfg.run_steps(arm, selected_prompts(cfg, arm))
 
 
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
@@ -355,8 +354,7 @@ def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     holds more than planned."""
     acfg = cfg.for_arm(arm)
     out = []
-    n = selected_prompts(cfg, arm) if acfg.train.epochs is not None else None
-    for lv in run_levels(acfg, arm, n):
+    for lv in run_levels(acfg, arm, selected_prompts(cfg, arm)):
         try:
             b = devices.batching(lv.prompts_per_step, lv.group_size, acfg.train.num_processes,
                                  acfg.train.per_device_prompts)
