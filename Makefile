@@ -79,7 +79,7 @@ $(GPU_STAMP): requirements-gpu.txt
 	$(PY_GPU) -m pip check > $(VENV_GPU)/pip-check.txt || true
 	cat $(VENV_GPU)/pip-check.txt
 	if grep -v -e '^diffgrpo 0.1.0 has requirement' -e '^No broken requirements' $(VENV_GPU)/pip-check.txt; then exit 1; fi
-	$(PY_GPU) -c 'import vllm, diffgrpo.vllm_backend, diffgrpo.devices, diffgrpo.train; print("vllm", vllm.__version__, "imports")'
+	$(PY_GPU) -c 'import vllm, diffgrpo.models.vllm_engine, diffgrpo.models.devices, diffgrpo.train; print("vllm", vllm.__version__, "imports")'
 	rm -f $(VENV_GPU)/.installed-*
 	touch $@
 

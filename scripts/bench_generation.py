@@ -15,8 +15,8 @@ import time
 import torch
 
 from diffgrpo import tasks
-from diffgrpo.generation import HFGenerator
-from diffgrpo.models import load_model
+from diffgrpo.models.generation import HFGenerator
+from diffgrpo.models.loading import load_model
 
 
 def main() -> None:

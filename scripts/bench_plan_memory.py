@@ -1,4 +1,4 @@
-"""Measured peak memory of one training pass on the CPU, beside diffgrpo.plan's estimate.
+"""Measured peak memory of one training pass on the CPU, beside diffgrpo.study.plan's estimate.
 
     nice -n 19 flock /work/BENCH_LOCK .venv/bin/python scripts/bench_plan_memory.py
     .venv/bin/python scripts/bench_plan_memory.py --model smollm2 --completions 16 --completion 128
@@ -12,7 +12,7 @@ resident set (``ru_maxrss`` high-water mark minus the resident set after the mod
 adapter are built), so it counts what the pass adds: activations, the LM head's tiles, the
 adapter's gradients (a warm-up pass of one sequence builds AdamW's moments and loads the
 kernels' libraries before the baseline). The plan's figure for the same terms is
-``activations + logits + 4 bytes a LoRA parameter`` (:class:`diffgrpo.plan.TrainMemory`).
+``activations + logits + 4 bytes a LoRA parameter`` (:class:`diffgrpo.study.plan.TrainMemory`).
 
 ``--model embedded`` is the packaged model; ``--model smollm2`` the SmolLM2-135M-Instruct
 architecture from the shipped config.json with random weights (memory does not depend on the
@@ -40,7 +40,8 @@ def measure(model_name: str, completions: int, prompt: int, completion: int, ckp
     from peft import get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
-    from diffgrpo import params, plan, train
+    from diffgrpo import params, train
+    from diffgrpo.study import plan
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -52,7 +53,7 @@ def measure(model_name: str, completions: int, prompt: int, completion: int, ckp
         folder = plan.CONFIGS_DIR / "HuggingFaceTB--SmolLM2-135M-Instruct"
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float32)
     else:
-        from diffgrpo.models import load_model
+        from diffgrpo.models.loading import load_model
 
         cfg = params.load("embedded", overrides=over)
         model, _ = load_model("embedded")

@@ -10,7 +10,7 @@ Parts (``--part``, comma-separated):
 - ``decode``: seconds per generated token position (KV cache on) by batch size, from
   ``generate`` forced to run exactly N steps (``min_new_tokens = max_new_tokens``), minus
   the 1-step run (prefill): the per-step cost that dominates long completions.
-- ``real``: :class:`diffgrpo.generation.HFGenerator` on real prompts of the candidate tasks
+- ``real``: :class:`diffgrpo.models.generation.HFGenerator` on real prompts of the candidate tasks
   at temperature 1.0, one sequence at a time and batched; prints completions/s, generated
   tokens/s, mean completion length, the share that stopped at EOS and the padding waste
   (token positions a batch computed after a row had already stopped).
@@ -31,8 +31,8 @@ import time
 import torch
 
 from diffgrpo import tasks
-from diffgrpo.generation import HFGenerator, encode_prompt, left_pad
-from diffgrpo.models import load_model, smollm2_gguf
+from diffgrpo.models.generation import HFGenerator, encode_prompt, left_pad
+from diffgrpo.models.loading import load_model, smollm2_gguf
 
 
 def load_avg() -> str:

@@ -27,10 +27,10 @@ import torch
 def raw_generation(cfg, rows: pd.DataFrame, n: int, temperature: float, top_p: float,
                    max_new_tokens: int, batch_size: int) -> tuple[int, float]:
     """(generated tokens, seconds in model.generate) for n completions of each row."""
-    from diffgrpo import data
-    from diffgrpo.generation import HFGenerator, encode_prompt, left_pad
+    from diffgrpo.models import resolve
+    from diffgrpo.models.generation import HFGenerator, encode_prompt, left_pad
 
-    model, tokenizer = data.load_model(cfg)
+    model, tokenizer = resolve.load_model(cfg)
     gen = HFGenerator(model, tokenizer, batch_size=batch_size)
     encoded = [encode_prompt(tokenizer, p, dict(cfg.model.chat_template_kwargs)) for p in rows["prompt"]]
     jobs = sorted((len(e), i) for i, e in enumerate(encoded) for _ in range(n))[::-1]
@@ -57,17 +57,19 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["DIFFGRPO_OUTPUTS"] = tempfile.mkdtemp(prefix="diffgrpo-bench-throughput-")
 
-    from diffgrpo import data, evaluate, layout, params, probe
+    from diffgrpo.models import resolve
+    from diffgrpo import evaluate, params, probe
+    from diffgrpo.store import layout
 
     cfg = params.load(args.params_file, overrides={
         "dataset.pool_size": args.prompts, "dataset.test_size": args.prompts, "probe.one_sample": False})
     torch.set_num_threads(cfg.model.torch_threads or torch.get_num_threads())
     p, ev = cfg.probe, cfg.evaluate
     stages = {
-        "probe": (lambda: probe.run_probe(cfg, progress=False), data.load_pool(cfg),
+        "probe": (lambda: probe.run_probe(cfg, progress=False), resolve.load_pool(cfg),
                   lambda: probe.read_samples(cfg)["num_tokens"].sum(),
                   [(p.k, p.sampling.temperature, p.sampling.top_p, p.sampling.max_new_tokens, p.sampling.batch_size)]),
-        "evaluate": (lambda: evaluate.evaluate_base(cfg, progress=False), data.load_test(cfg),
+        "evaluate": (lambda: evaluate.evaluate_base(cfg, progress=False), resolve.load_test(cfg),
                      lambda: pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "samples.parquet")["num_tokens"].sum(),
                      ([(1, 0.0, 1.0, ev.sampling.max_new_tokens, ev.sampling.batch_size)] if ev.greedy else [])
                      + [(ev.n_samples, ev.sampling.temperature, ev.sampling.top_p, ev.sampling.max_new_tokens,

@@ -57,7 +57,8 @@ def loss_floor(cfg, strategy: str, steps: pd.DataFrame, repeats: int = 3) -> tup
     completion): what the loss costs before any trainer overhead (best of ``repeats``)."""
     from peft import get_peft_model
 
-    from diffgrpo import data, train
+    from diffgrpo.models import resolve as data
+    from diffgrpo import train
 
     model, tokenizer = data.load_model(cfg)
     prompts = train.selected_rows(cfg, strategy, 0)["prompt"]

@@ -3,7 +3,7 @@
     python scripts/build_embedded.py                       # the packaged checkpoint
     python scripts/build_embedded.py --out /tmp/emb --steps 100 --corpus-size 2000
 
-Every BuildConfig field is a flag (``--tier-decay 0.7``); see diffgrpo/embedded.py for why
+Every BuildConfig field is a flag (``--tier-decay 0.7``); see diffgrpo/models/embedded.py for why
 each exists. The folder gets build_info.json with the settings and the per-tier table.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import fields
 
 import pandas as pd
 
-from diffgrpo import embedded
+from diffgrpo.models import embedded
 
 
 def main() -> None:

@@ -49,7 +49,9 @@ def report(outputs: Path, overrides: dict) -> str:
     os.environ["DIFFGRPO_OUTPUTS"] = str(outputs)
     import pandas as pd
 
-    from diffgrpo import artifacts, layout, params, plan, study
+    from diffgrpo.store import artifacts, layout
+    from diffgrpo import params, study
+    from diffgrpo.study import plan
 
     cfg = params.load(STUDY, overrides=overrides)
     table = plan.plan(cfg, study.jobs(cfg, {"params_file": STUDY, "overrides": overrides}))

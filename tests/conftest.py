@@ -26,7 +26,7 @@ def pytest_configure(config):
 def executed_notebooks(study_root, cfg) -> list:
     """The notebooks a whole study keeps: one per stage, and per (arm, seed) run one 03_train and
     one 04_evaluate, plus the base model's 04_evaluate."""
-    from diffgrpo import layout
+    from diffgrpo.store import layout
 
     nb = study_root / "notebooks"
     runs = [layout.run_id(a, s) for a, s in layout.planned_runs(cfg)]

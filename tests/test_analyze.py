@@ -13,8 +13,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo import analyze, calibration, layout, params, select, tables, uncertainty  # noqa: E402
-from diffgrpo.reports import paper000, paper_numbers  # noqa: E402
+from diffgrpo.analysis import report as analyze, calibration, tables, uncertainty
+from diffgrpo.store import layout
+from diffgrpo import params, select  # noqa: E402
+from diffgrpo.analysis.papers import paper000, paper_numbers  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
 # final greedy accuracy = base + DELTA[strategy] + 0.01 * seed; pass@1 gains half of that
@@ -604,7 +606,7 @@ def test_few_seed_intervals_hold_their_error_rates():
     """Issue 19's setting, 300 test prompts and a seed sd of 3 and 5 points: null contrasts are
     called at most at 5% plus Monte Carlo error, arm gains covered near 95% (the t seed part is
     conservative: about 97-98%), at 2 and 3 seeds. The project's crossed bootstrap called 7.7-9.8%.
-    ``python -m diffgrpo.calibration`` runs the same with 2000 simulations per setting."""
+    ``python -m diffgrpo.analysis.calibration`` runs the same with 2000 simulations per setting."""
     for n_seeds in (2, 3):
         for sd in (3.0, 5.0):
             r = calibration.error_rates(n_seeds, sd, n_sims=600)

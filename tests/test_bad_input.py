@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from diffgrpo import data, params, study, tasks
+from diffgrpo.models import resolve as data
+from diffgrpo import params, study, tasks
 from diffgrpo.params import ParamsError
 from diffgrpo.tasks import TaskError, base
 

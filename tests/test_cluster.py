@@ -18,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import layout, params, slurm, study
+from diffgrpo.store import layout
+from diffgrpo import params, study
+from diffgrpo.study import slurm
 
 pytestmark = pytest.mark.cluster
 

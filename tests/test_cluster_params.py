@@ -4,7 +4,9 @@ tests/test_cluster.py, marked `cluster`)."""
 import pytest
 import yaml
 
-from diffgrpo import cluster, layout, params, study
+from diffgrpo.params import cluster
+from diffgrpo.store import layout
+from diffgrpo import params, study
 from diffgrpo.params import ParamsError
 
 

@@ -10,8 +10,10 @@ import pytest
 import torch
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, layout, params, sampling, train
-from diffgrpo.generation import HFGenerator, encode_prompt
+from diffgrpo.models import resolve, devices, resumable_sampling
+from diffgrpo.store import layout
+from diffgrpo import params, train
+from diffgrpo.models.generation import HFGenerator, encode_prompt
 
 #: every device model.device may name; those this machine lacks are skipped, saying so
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -26,7 +28,7 @@ def tiny(**overrides):
 @pytest.mark.parametrize("name", DEVICES)
 def test_model_and_inputs_follow_model_device(name, monkeypatch):
     cfg = tiny(**{"model.device": name})
-    gen = sampling.load_generator(cfg, batch_size=4)
+    gen = resumable_sampling.load_generator(cfg, batch_size=4)
     assert isinstance(gen, HFGenerator)
     assert {p.device.type for p in gen.model.parameters()} == {name}
     seen = []
@@ -43,27 +45,27 @@ def test_model_and_inputs_follow_model_device(name, monkeypatch):
 
 
 def test_load_model_passes_the_params_device(monkeypatch):
-    """data.load_model hands models.load_model the device of model.device (a GPU under a
+    """resolve.load_model hands models.load_model the device of model.device (a GPU under a
     launcher is the process's own)."""
-    from diffgrpo import models
+    from diffgrpo.models import loading as models
 
     got = {}
     monkeypatch.setattr(models, "load_model", lambda path, **kw: got.update(kw) or ("m", "t"))
     monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: True)
-    data.load_model(tiny(**{"model.device": "cuda"}))
+    resolve.load_model(tiny(**{"model.device": "cuda"}))
     assert got["device"] == torch.device("cuda")
     monkeypatch.setenv("LOCAL_RANK", "3")
-    data.load_model(tiny(**{"model.device": "cuda"}))
+    resolve.load_model(tiny(**{"model.device": "cuda"}))
     assert got["device"] == torch.device("cuda", 3)
     monkeypatch.delenv("LOCAL_RANK")
-    data.load_model(tiny())
+    resolve.load_model(tiny())
     assert got["device"] == torch.device("cpu")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
 def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"model.device = 'cuda' but torch sees no GPU.*model.device: cpu"):
-        data.load_model(tiny(**{"model.device": "cuda"}))
+        resolve.load_model(tiny(**{"model.device": "cuda"}))
 
 
 def test_train_device_moved_to_model_device():
@@ -157,7 +159,7 @@ THINKING = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor
 
 
 def test_chat_template_kwargs_reach_the_prompt_and_the_keys():
-    from diffgrpo.models import load_model
+    from diffgrpo.models.loading import load_model
 
     _, tok = load_model("embedded")
     tok.chat_template = THINKING
@@ -169,7 +171,7 @@ def test_chat_template_kwargs_reach_the_prompt_and_the_keys():
     assert layout.probe_key(thinking_off)["model"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert layout.probe_dir(thinking_off) != layout.probe_dir(default)
     assert "enable_thinking: false" in params.dump(thinking_off)  # params.yaml beside every run
-    gen = sampling.load_generator(thinking_off, batch_size=2)
+    gen = resumable_sampling.load_generator(thinking_off, batch_size=2)
     assert gen.chat_template_kwargs == {"enable_thinking": False}
 
 

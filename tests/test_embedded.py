@@ -8,9 +8,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from diffgrpo import embedded, tasks
-from diffgrpo.generation import HFGenerator
-from diffgrpo.models import load_model
+from diffgrpo.models import embedded
+from diffgrpo import tasks
+from diffgrpo.models.generation import HFGenerator
+from diffgrpo.models.loading import load_model
 
 TINY = dict(
     corpus_size=600, steps=30, eval_every=10, select_size=32, eval_per_tier=8, eval_samples=2,

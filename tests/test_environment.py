@@ -6,7 +6,7 @@ import tomllib
 
 import yaml
 
-from diffgrpo.artifacts import project_root
+from diffgrpo.store.artifacts import project_root
 
 ROOT = project_root()
 

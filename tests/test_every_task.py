@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from diffgrpo import layout, offline, params, select, study
+from diffgrpo.store import layout
+from diffgrpo.tasks import offline
+from diffgrpo import params, select, study
 
 from conftest import executed_notebooks
 

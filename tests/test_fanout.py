@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from diffgrpo import fanout, layout, params, study
-from diffgrpo.notebooks import StageFailed
+from diffgrpo.study import executors
+from diffgrpo.store import layout
+from diffgrpo import params, study
+from diffgrpo.study.notebooks import StageFailed
 
 
 @dataclass(frozen=True)
-class ScriptJob(fanout.NotebookJob):
+class ScriptJob(executors.NotebookJob):
     """Records its start and end in ``<out_path>.json``, sleeping ``seconds`` between; fails if asked."""
 
     def argv(self, kernel):
@@ -41,7 +43,7 @@ def test_jobs_wait_for_what_they_read_and_never_exceed_the_workers(tmp_path):
     jobs = [job(tmp_path, "probe"), job(tmp_path, "base"), job(tmp_path, "train-a", ["probe"]),
             job(tmp_path, "train-b", ["probe"]), job(tmp_path, "eval-a", ["train-a", "base"]),
             job(tmp_path, "report", ["eval-a", "train-b"])]
-    seconds = fanout.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(jobs)
+    seconds = executors.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(jobs)
     assert set(seconds) == {j.name for j in jobs}
     s = spans(tmp_path)
     for j in jobs:
@@ -60,7 +62,7 @@ def test_a_failed_job_names_itself_and_its_dependents_never_start(tmp_path):
             job(tmp_path, "eval-a", ["train-a"]), job(tmp_path, "report", ["eval-a", "train-b"])]
     with pytest.raises(StageFailed, match=r"^train-a: ValueError: loss is nan\n  its output is in .*train-a\.log; "
                                           r"not started: 2 job\(s\)"):
-        fanout.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(jobs)
+        executors.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(jobs)
     assert set(spans(tmp_path)) == {"train-a", "train-b"}  # the running job was let finish
 
 
@@ -71,7 +73,7 @@ def test_a_failed_job_names_itself_and_its_dependents_never_start(tmp_path):
 ])
 def test_a_malformed_graph_is_refused_before_anything_runs(tmp_path, jobs, error):
     with pytest.raises(ValueError, match=error):
-        fanout.LocalExecutor(progress=False).run([job(tmp_path, n, after) for n, after in jobs])
+        executors.LocalExecutor(progress=False).run([job(tmp_path, n, after) for n, after in jobs])
     assert not list(tmp_path.iterdir())
 
 
@@ -114,7 +116,7 @@ def test_an_earlier_stage_then_the_highest_priority_starts_first_and_ties_keep_t
             for n, r in ranks.items()] + [job(tmp_path, "e", seconds=0.05)]  # no priority: rank 0
     jobs += [ScriptJob("ev", "04_evaluate", tmp_path / "ev.json", {"seconds": 0.05}, (), lambda: 9.0),
              ScriptJob("probe", "01_probe", tmp_path / "probe.json", {"seconds": 0.05})]
-    fanout.LocalExecutor(workers=1, progress=False, poll_s=0.01).run(jobs)
+    executors.LocalExecutor(workers=1, progress=False, poll_s=0.01).run(jobs)
     s = spans(tmp_path)
     assert sorted(s, key=lambda n: s[n][0]) == ["probe", "b", "c", "d", "a", "e", "ev"]
 
@@ -147,7 +149,7 @@ def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, m
 
 
 @dataclass(frozen=True)
-class BurnJob(fanout.NotebookJob):
+class BurnJob(executors.NotebookJob):
     """Spends ``burn`` CPU seconds in a child process it waits for (as a notebook's kernel)."""
 
     def argv(self, kernel):
@@ -161,7 +163,7 @@ def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_pa
     jobs = [BurnJob("busy", "03_train", tmp_path / "busy.ipynb", {"burn": 1.0}),
             BurnJob("idle", "03_train", tmp_path / "idle.ipynb", {"burn": 0.0})]
     cpu = {}
-    seconds = fanout.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(
+    seconds = executors.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(
         jobs, on_done=lambda name, s, c: cpu.update({name: c}))
     assert set(cpu) == {"busy", "idle"}
     assert 1.0 <= cpu["busy"] - cpu["idle"] <= 1.5
@@ -170,7 +172,7 @@ def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_pa
 
 # ---- issue 17: a node with several GPUs ------------------------------------------------------
 @dataclass(frozen=True)
-class GpuJob(fanout.NotebookJob):
+class GpuJob(executors.NotebookJob):
     """Records the GPUs it was given (``CUDA_VISIBLE_DEVICES``) and when it ran."""
 
     def argv(self, kernel):
@@ -184,7 +186,7 @@ def gpu_runs(tmp_path, gpus, per_job, workers):
     jobs = [GpuJob(f"train-{i}", "03_train", tmp_path / f"train-{i}.json", {}, gpus=per_job) for i in range(4)]
     jobs += [GpuJob("select", "02_select", tmp_path / "select.json", {}),
              GpuJob("eval-0", "04_evaluate", tmp_path / "eval-0.json", {}, ("train-0",), gpus=per_job)]
-    fanout.LocalExecutor(workers=workers, progress=False, poll_s=0.05, gpus=gpus).run(jobs)
+    executors.LocalExecutor(workers=workers, progress=False, poll_s=0.05, gpus=gpus).run(jobs)
     return {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
 
 
@@ -205,10 +207,10 @@ def test_each_job_that_runs_the_model_gets_gpus_of_its_own(tmp_path, gpus, per_j
 
 def test_the_runner_lends_the_gpus_it_may_use(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
-    assert fanout.visible_gpus() == ("2", "3")
+    assert executors.visible_gpus() == ("2", "3")
     job = GpuJob("train", "03_train", Path("unused.json"), {}, gpus=2)
     with pytest.raises(ValueError, match=r"job 'train' needs 2 GPU\(s\), but only \['0'\] are lent.*train.num_processes"):
-        fanout.LocalExecutor(progress=False, gpus=("0",)).run([job])
+        executors.LocalExecutor(progress=False, gpus=("0",)).run([job])
 
 
 def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tmp_path):
@@ -223,7 +225,7 @@ def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tm
     assert {j.gpus for j in graph if j.stage in ("01_probe", "04_evaluate")} == {1}
     jobs = [GpuJob(j.name, j.stage, tmp_path / f"{j.name.replace(' ', '_')}.json", {}, j.after, gpus=j.gpus)
             for j in graph]
-    fanout.LocalExecutor(workers=3, progress=False, poll_s=0.05, gpus=("0", "1", "2", "3")).run(jobs)
+    executors.LocalExecutor(workers=3, progress=False, poll_s=0.05, gpus=("0", "1", "2", "3")).run(jobs)
     ran = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     given = {name: r["gpus"].split(",") if r["gpus"] else [] for name, r in ran.items()}
     assert all(len(g) == 2 for n, g in given.items() if n.startswith("03_train"))

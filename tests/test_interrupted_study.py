@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from diffgrpo import layout, params, probe, select, train
+from diffgrpo.store import layout
+from diffgrpo import params, probe, select, train
 
 OVERRIDES = {"workers": 2, "arms": ["hard", "random"], "train.max_steps": 24, "train.save_steps": 3}
 

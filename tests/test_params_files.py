@@ -11,7 +11,10 @@ import yaml
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from diffgrpo import data, devices, params, params_files, plan, policies, select, tasks, train
+from diffgrpo.models import resolve as data, devices
+from diffgrpo import params, policies, select, tasks, train
+from diffgrpo.params import files as params_files
+from diffgrpo.study import plan
 from diffgrpo.params import TEST_SET
 
 FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
@@ -63,7 +66,7 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
         assert scfg.model == cfg.model and scfg.train == cfg.train  # the same model and runs, other rows
         if eval_set == TEST_SET:
             assert scfg is cfg
-    assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.reports", fromlist=["PAPERS"]).PAPERS)
+    assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.analysis.papers", fromlist=["PAPERS"]).PAPERS)
     assert cfg.dataset.task in tasks.names()
 
 

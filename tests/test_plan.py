@@ -1,4 +1,4 @@
-"""The plan (diffgrpo.plan): its arithmetic against sizes worked out by hand, `--plan` offline
+"""The plan (diffgrpo.study.plan): its arithmetic against sizes worked out by hand, `--plan` offline
 for every params file, every GPU study fitting one 80 GB H100 on the vLLM path, and an
 oversized setting refused with the named error before anything runs."""
 
@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from diffgrpo import params, plan, study
+from diffgrpo import params, study
+from diffgrpo.study import runner
+from diffgrpo.study import plan
 
 FILES = sorted(p.stem for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
 GPU_FILES = [f for f in FILES if params.load(f).model.device == "cuda"]
@@ -106,7 +108,7 @@ def test_an_oversized_setting_is_refused_with_the_named_error(capsys):
 
 def test_a_study_that_does_not_fit_stops_before_any_notebook(monkeypatch):
     started = []
-    monkeypatch.setattr(study, "run_study", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(runner, "run_study", lambda *a, **k: started.append(a) or 0)
     with pytest.raises(plan.PlanDoesNotFit):
         study.main(OVERSIZED)
     assert not started

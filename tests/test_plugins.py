@@ -13,7 +13,8 @@ import pytest
 import torch
 import yaml
 
-from diffgrpo import artifacts, layout, params, policies, probe, rewards, select, tasks, train
+from diffgrpo.store import artifacts, layout
+from diffgrpo import params, policies, probe, rewards, select, tasks, train
 from diffgrpo.params import ParamsError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_plugin.py"

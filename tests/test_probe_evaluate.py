@@ -6,8 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diffgrpo import evaluate, layout, params, probe, sampling
-from diffgrpo.generation import Completion
+from diffgrpo import evaluate, params, probe
+from diffgrpo.store import layout
+from diffgrpo.models import resumable_sampling as sampling
+from diffgrpo.models.generation import Completion
 from diffgrpo.tasks import get
 
 
@@ -63,12 +65,12 @@ def cfg(tmp_path, monkeypatch):
 
 def _patch_generator(monkeypatch, module, gen):
     monkeypatch.setattr(module.data, "load_model", lambda *a, **k: (None, None))
-    # sampling.load_generator builds the HF backend's generator (diffgrpo.generation.HFGenerator)
+    # sampling.load_generator builds the HF backend's generator (diffgrpo.models.generation.HFGenerator)
     monkeypatch.setattr(sampling, "HFGenerator", lambda *a, **k: gen)
 
 
 def test_probe_resumes_where_it_stopped(cfg, monkeypatch):
-    from diffgrpo import data
+    from diffgrpo.models import resolve as data
 
     rows = data.load_pool(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
@@ -114,7 +116,7 @@ def test_per_prompt_refuses_a_short_probe():
 
 
 def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeypatch):
-    from diffgrpo import data
+    from diffgrpo.models import resolve as data
 
     rows = data.load_test(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
@@ -143,7 +145,7 @@ def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeyp
 def test_an_evaluation_set_is_scored_on_its_own_rows_with_its_own_settings(cfg, monkeypatch):
     """An OOD set (more swaps than training saw) scores the base model on its own rows, in
     eval-<set>/, with its own pass@k; the held-out test set's files stay where they were."""
-    from diffgrpo import data
+    from diffgrpo.models import resolve as data
 
     cfg = cfg.replace(**{"evaluate.sets": [{"name": "ood", "task_options": {"people": [3, 5], "swaps": [9, 10]},
                                             "size": 6, "n_samples": 2, "pass_k": [1, 2]}]})

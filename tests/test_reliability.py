@@ -21,9 +21,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import analyze, artifacts, data, evaluate, layout, params, probe, select, study, tasks, train
-from diffgrpo.artifacts import ArtifactError, OutputsError
-from diffgrpo.generation import PromptTooLong
+from diffgrpo.analysis import report
+from diffgrpo.store import artifacts, layout
+from diffgrpo.models import resolve as data
+from diffgrpo import evaluate, params, probe, select, study, tasks, train
+from diffgrpo.store.artifacts import ArtifactError, OutputsError
+from diffgrpo.models.generation import PromptTooLong
 from diffgrpo.params import ParamsError
 from diffgrpo.tasks import TaskError
 
@@ -295,7 +298,7 @@ def test_a_truncated_manifest_is_named_where_read_and_rebuilt_by_its_stage(which
         with pytest.raises(ArtifactError, match=rf"{path}: damaged, not valid JSON.*rerun the 03_train stage"):
             evaluate.check_finished(path.parent, cfg.train.max_steps)
         with pytest.raises(ArtifactError, match=r"rerun the 03_train stage"):
-            analyze.find_runs(layout.study_dir(cfg))
+            report.find_runs(layout.study_dir(cfg))
         with pytest.warns(UserWarning, match=r"damaged, not valid JSON.*kept the run as hard-seed0.damaged-1"):
             train.train_run(cfg, "hard", 0, progress=False)
         assert json.loads(path.read_text())["status"] == "complete"
@@ -322,9 +325,9 @@ def test_an_edited_samples_file_is_refused_by_the_analysis(fresh):
     samples["correct"] = 1.0  # valid parquet, other numbers
     samples.to_parquet(path, index=False)
     with pytest.raises(ArtifactError, match=rf"{path}: damaged, changed since the 04_evaluate stage wrote it"):
-        analyze.prompt_scores(layout.study_dir(cfg), "hard-seed0", "greedy_acc")
+        report.prompt_scores(layout.study_dir(cfg), "hard-seed0", "greedy_acc")
     evaluate.evaluate_run(cfg, "hard", 0, progress=False)  # the rerun rewrites it from its chunks
-    assert analyze.prompt_scores(layout.study_dir(cfg), "hard-seed0", "greedy_acc").notna().all().all()
+    assert report.prompt_scores(layout.study_dir(cfg), "hard-seed0", "greedy_acc").notna().all().all()
 
 
 def test_a_selection_that_repeats_an_id_is_refused(fresh):

@@ -103,7 +103,8 @@ def test_seed_0_random_is_what_a_one_seed_study_drew(pool):
 
 
 def test_run_select_writes_one_file_per_seed_for_random_only(tmp_path, monkeypatch, pool):
-    from diffgrpo import layout, probe
+    from diffgrpo.store import layout
+    from diffgrpo import probe
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
@@ -154,7 +155,8 @@ def test_predicted_learnable():
 
 
 def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monkeypatch, pool):
-    from diffgrpo import layout, probe
+    from diffgrpo.store import layout
+    from diffgrpo import probe
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)

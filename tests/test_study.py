@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffgrpo import layout, notebooks, params, select, study
+from diffgrpo.store import layout
+from diffgrpo.study import notebooks
+from diffgrpo import params, select, study
 
 from conftest import executed_notebooks, tensorboard_scalars
 

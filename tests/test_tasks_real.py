@@ -13,7 +13,8 @@ import threading
 import pandas as pd
 import pytest
 
-from diffgrpo import offline, tasks
+from diffgrpo.tasks import offline
+from diffgrpo import tasks
 from diffgrpo.tasks import base
 from diffgrpo.tasks.base import TaskError
 

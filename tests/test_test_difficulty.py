@@ -13,7 +13,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo import analyze, data, layout, params, policies, probe, test_difficulty  # noqa: E402
+from diffgrpo.analysis import report as analyze, by_test_difficulty
+from diffgrpo.models import resolve
+from diffgrpo.store import layout
+from diffgrpo import params, policies, probe  # noqa: E402
 from diffgrpo.params import ParamsError  # noqa: E402
 
 from test_analyze import N_PROMPTS, make_study  # noqa: E402
@@ -93,8 +96,8 @@ def test_a_test_prompt_the_probe_does_not_cover_is_named(study):
 
 def test_bins_hold_their_lower_edge_first():
     edges = [0.0, 0.3, 0.7, 1.0]
-    assert test_difficulty.bin_labels(edges) == ["[0, 0.3]", "(0.3, 0.7]", "(0.7, 1]"]
-    assert list(test_difficulty.bin_of([0.0, 0.3, 0.31, 0.7, 1.0], edges)) == [0, 0, 1, 1, 2]
+    assert by_test_difficulty.bin_labels(edges) == ["[0, 0.3]", "(0.3, 0.7]", "(0.7, 1]"]
+    assert list(by_test_difficulty.bin_of([0.0, 0.3, 0.31, 0.7, 1.0], edges)) == [0, 0, 1, 1, 2]
 
 
 @pytest.mark.parametrize("bins", [[0.0, 1.0, 0.5], [0.1, 1.0], [0.0, 0.5], [0.0]])
@@ -128,7 +131,7 @@ def test_the_real_probe_of_the_test_set_is_keyed_apart_from_the_pool_s(tmp_path,
 
     probe.run_probe(cfg, progress=False)
     test = probe.read_test_prompts(cfg)
-    assert list(test["id"]) == list(data.load_test(cfg)["id"]) and (test["k"] == 2).all()
+    assert list(test["id"]) == list(resolve.load_test(cfg)["id"]) and (test["k"] == 2).all()
     assert set(test["p_hat"]) <= {0.0, 0.5, 1.0}
     assert "base_correct" not in test  # the one-sample probe is the pool's only
     assert len(probe.read_prompts(cfg)) == 16
@@ -172,7 +175,8 @@ def test_gsm8k_released_code_prompt_and_strict_scorer():
 
 
 def test_the_plan_counts_the_test_set_s_probe():
-    from diffgrpo import plan, study
+    from diffgrpo.study import plan
+    from diffgrpo import study
 
     def probe_row(cfg):
         table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))

@@ -18,7 +18,9 @@ import peft
 from peft import LoraConfig
 from trl import GRPOTrainer
 
-from diffgrpo import artifacts, data, devices, layout, params, rewards, tasks, train
+from diffgrpo.store import artifacts, layout
+from diffgrpo.models import resolve as data, devices
+from diffgrpo import params, rewards, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
 
 from conftest import tensorboard_scalars
@@ -390,7 +392,7 @@ def test_control_reward_is_independent_of_correctness_with_the_stated_mean():
 def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
     from peft import get_peft_model
 
-    from diffgrpo import models as diffgrpo_models
+    from diffgrpo.models import loading as diffgrpo_models
 
     model, _ = diffgrpo_models.load_model(str(tiny_model))
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
@@ -870,7 +872,7 @@ def test_the_dr_grpo_treatment_builds_its_grpo_config_and_enters_the_run_key(tmp
     over a constant) and no std scaling of the advantage; its runs are keyed apart from hard's."""
     from trl import GRPOConfig
 
-    from diffgrpo.models import quiet_renamed_arguments
+    from diffgrpo.models.loading import quiet_renamed_arguments
 
     cfg = params.load("embedded", overrides={"arms": ["hard", "hard_dr_grpo", "random_reward_dr_grpo"]})
     dr = cfg.arm("hard_dr_grpo")

@@ -18,9 +18,10 @@ from unittest import mock
 
 import pytest
 
-from diffgrpo import params, sampling
-from diffgrpo.embedded import default_path
-from diffgrpo.generation import Completion, encode_prompt
+from diffgrpo import params
+from diffgrpo.models import resumable_sampling
+from diffgrpo.models.embedded import default_path
+from diffgrpo.models.generation import Completion, encode_prompt
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
@@ -35,7 +36,7 @@ def cfg_vllm(**overrides):
 @pytest.mark.skipif(HAVE_VLLM, reason="checks the CPU environment, where vLLM is absent")
 def test_vllm_backend_in_the_cpu_env_is_a_clear_error():
     with pytest.raises(ImportError, match="only the GPU environment has.*make gpu-env"):
-        sampling.load_generator(cfg_vllm(), batch_size=4)
+        resumable_sampling.load_generator(cfg_vllm(), batch_size=4)
 
 
 # ---- the GPU environment -------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_sampling_params_are_vllms():
     import vllm
     from vllm.sampling_params import SamplingType
 
-    from diffgrpo.vllm_backend import VLLMGenerator
+    from diffgrpo.models.vllm_engine import VLLMGenerator
 
     gen = VLLMGenerator(mock.Mock(), mock.Mock(), eos_ids=[3, 7])
     sp = gen.sampling_params(n=8, temperature=1.0, top_p=0.95, max_new_tokens=64, seed=11)
@@ -73,7 +74,7 @@ def test_sampling_params_are_vllms():
 def test_lora_requests_are_vllms(tmp_path):
     from vllm.lora.request import LoRARequest
 
-    from diffgrpo.vllm_backend import lora_request
+    from diffgrpo.models.vllm_engine import lora_request
 
     a, b = tmp_path / "checkpoint-100", tmp_path / "checkpoint-200"
     ra, rb = lora_request(a), lora_request(b)
@@ -88,7 +89,7 @@ def test_engine_arguments_are_engine_args_fields():
     together they must describe the packaged model (vLLM reads its config without a GPU)."""
     import vllm
 
-    from diffgrpo.vllm_backend import engine_kwargs
+    from diffgrpo.models.vllm_engine import engine_kwargs
 
     kw = engine_kwargs(cfg_vllm(**{"generation.vllm_max_model_len": 128}))
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
@@ -104,7 +105,7 @@ def test_engine_arguments_are_engine_args_fields():
 
 @needs_vllm
 def test_gguf_model_is_refused():
-    from diffgrpo.vllm_backend import engine_kwargs
+    from diffgrpo.models.vllm_engine import engine_kwargs
 
     with pytest.raises(ValueError, match="gguf_file.*generation.backend: hf"):
         engine_kwargs(cfg_vllm(**{"model.path": str(default_path()), "model.gguf_file": "x.gguf"}))
@@ -133,13 +134,13 @@ def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, 
     import vllm
     from vllm.lora.request import LoRARequest
 
-    from diffgrpo import vllm_backend
+    from diffgrpo.models import vllm_engine as vllm_backend
 
     llm = mock.create_autospec(vllm.LLM, instance=True)  # the real signatures; a wrong call raises
     llm.generate.side_effect = _fake_outputs
     monkeypatch.setattr(vllm_backend, "_engine", lambda items: llm)
     cfg = cfg_vllm(**{"model.chat_template_kwargs": {"enable_thinking": False}})
-    gen = sampling.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
+    gen = resumable_sampling.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
     assert isinstance(gen, vllm_backend.VLLMGenerator)
 
     prompts = [[{"role": "user", "content": "Alice has the ball. Who has it?"}],
@@ -163,7 +164,7 @@ def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, 
 def test_prompt_seeds_never_share_a_stream():
     """vLLM seeds sample j of a request seed + j: the n = 8 streams of 128 prompts in each of
     3 consecutive chunk seeds (as a probe's chunks) must all differ."""
-    from diffgrpo.vllm_backend import prompt_seed
+    from diffgrpo.models.vllm_engine import prompt_seed
 
     streams = [prompt_seed(chunk, i) + j for chunk in (7, 8, 9) for i in range(128) for j in range(8)]
     assert len(set(streams)) == len(streams)
@@ -174,14 +175,14 @@ def test_prompt_seeds_never_share_a_stream():
 def test_one_engine_for_base_and_checkpoints(tmp_path, monkeypatch):
     """Evaluation builds one generator per checkpoint: they share one engine (the base
     weights load once) and differ only in the LoRA request; no adapter is merged."""
-    from diffgrpo import models, vllm_backend
+    from diffgrpo.models import loading as models, vllm_engine as vllm_backend
 
     built = []
     monkeypatch.setattr(vllm_backend, "_vllm", lambda: mock.Mock(LLM=lambda **kw: built.append(kw) or mock.Mock()))
     monkeypatch.setattr(models, "load_model", mock.Mock(side_effect=AssertionError("HF load in the vLLM path")))
     vllm_backend._engine.cache_clear()
     cfg = cfg_vllm()
-    gens = [sampling.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
+    gens = [resumable_sampling.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
     vllm_backend._engine.cache_clear()
     assert len(built) == 1 and len({id(g.llm) for g in gens}) == 1
     assert [g.lora is None for g in gens] == [True, False, False]
@@ -211,8 +212,9 @@ def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
     import vllm
     from vllm.config import LoRAConfig, SchedulerConfig
 
-    from diffgrpo import curriculum, plan
-    from diffgrpo.vllm_backend import engine_kwargs
+    from diffgrpo.train import levels
+    from diffgrpo.study import plan
+    from diffgrpo.models.vllm_engine import engine_kwargs
 
     files = [f for f in GPU_FILES if params.load(f).model.path == model]
     folder = plan._config_file(params.load(files[0]))[0].parent
@@ -235,7 +237,7 @@ def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
         trl_len = t.trl.get("vllm_max_model_length")
         assert trl_len is not None and trl_len <= limit, (f, trl_len, limit)
         longest = max(lv.max_completion_length for a in cfg.arms
-                      for lv in curriculum.run_levels(cfg.for_arm(a.name), a.name, plan.selected_prompts(cfg, a.name)))
+                      for lv in levels.run_levels(cfg.for_arm(a.name), a.name, plan.selected_prompts(cfg, a.name)))
         assert trl_len >= longest, f"{f}: colocated vLLM's context {trl_len} < a completion of {longest}"
         trl_engine = dict(tensor_parallel_size=t.vllm_tensor_parallel_size, gpu_memory_utilization=t.vllm_gpu_memory_utilization,
                           max_model_len=trl_len, enable_sleep_mode=t.trl.get("vllm_enable_sleep_mode", False),

@@ -11,7 +11,7 @@ out-of-distribution variant: ``eval-<set>/``, scored with the set's own settings
 :meth:`Config.for_eval_set`). The base model is evaluated once per set and settings, in
 ``eval/base/`` (``eval-<set>/base/``), and shared by every run (its step 0). Sampled completions use the same seed for every checkpoint, so
 strategies are compared on common random numbers. Each checkpoint's completions are written
-in resumable chunks (see :mod:`diffgrpo.sampling`); a checkpoint already evaluated with the
+in resumable chunks (see :mod:`diffgrpo.models.resumable_sampling`); a checkpoint already evaluated with the
 same settings is not evaluated again.
 
 Files per run (``eval/<run_id>/``): ``samples.parquet`` (step, mode, prompt_id, sample,
@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import artifacts, data, layout, runs, select
-from .generation import LazyGenerator
-from .params import TEST_SET, Config
-from .sampling import load_generator, sample_and_score
+from diffgrpo.store import artifacts, layout, run_folder as runs
+from diffgrpo.models import resolve
+from diffgrpo import select
+from diffgrpo.models.generation import LazyGenerator
+from diffgrpo.params import TEST_SET, Config
+from diffgrpo.models.resumable_sampling import load_generator, sample_and_score
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -78,7 +80,7 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
 
     # loaded only if some chunk is missing
     gen = LazyGenerator(lambda: load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
-    task = data.task_of(cfg)
+    task = resolve.task_of(cfg)
     key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []
     if ev.greedy:
@@ -111,7 +113,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
     """Evaluate the given checkpoints (step -> adapter folder, None = base) on ``eval_set``
     (``cfg`` is that set's, :meth:`Config.for_eval_set`); write the run's files."""
     out_dir = layout.eval_dir(cfg, rid, eval_set)
-    rows = data.load_test(cfg)
+    rows = resolve.load_test(cfg)
     ks = sorted(set(cfg.evaluate.pass_k))  # each 1 <= k <= n_samples: checked with the params
     run_key = layout.eval_key(cfg)
     all_samples, summaries, tiers = [], [], []

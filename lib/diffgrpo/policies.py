@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .registry import Registry
+from diffgrpo.registry import Registry
 
 
 class SelectionError(ValueError):

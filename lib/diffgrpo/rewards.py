@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .registry import Registry, source
+from diffgrpo.registry import Registry, source
 
 #: the reward of every arm that names none: the task verifier's score
 VERIFIER = "verifier"

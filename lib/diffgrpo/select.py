@@ -18,9 +18,10 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from . import artifacts, layout, policies
-from .params import ArmConfig, Config, budget_size
-from .policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's errors and tiers, re-exported)
+from diffgrpo.store import artifacts, layout
+from diffgrpo import policies
+from diffgrpo.params import ArmConfig, Config, budget_size
+from diffgrpo.policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's errors and tiers, re-exported)
 
 
 def budget(pool_size: int, frac: float | None, count: int | None) -> int:
@@ -155,7 +156,7 @@ def summarize(selections: dict[str, pd.DataFrame], pool: pd.DataFrame, group_siz
 def run_select(cfg: Config) -> pd.DataFrame:
     """Read the probe, write one parquet per arm (per arm and seed for a per-seed policy) and
     ``summary.csv``; return the summary."""
-    from .probe import read_prompts
+    from diffgrpo.probe import read_prompts
 
     prompts = read_prompts(cfg)
     selections = {}

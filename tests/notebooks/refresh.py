@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from diffgrpo.notebooks import KERNEL, STAGES, run_notebook
+from diffgrpo.study.notebooks import KERNEL, STAGES, run_notebook
 
 HERE = Path(__file__).resolve().parent
 PARAMETERS = {"params_file": "tiny", "overrides": {}, "progress": False}

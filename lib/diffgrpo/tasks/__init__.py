@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Task, TaskError, validate_rows
+from diffgrpo.tasks.base import Task, TaskError, validate_rows
 
 # task name -> module that defines it
 _MODULES = {

@@ -16,17 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from .. import offline
-from . import register
-from .base import (
-    NumericTask,
-    TaskError,
-    load_hub,
-    normalize_number,
-    read_table,
-    rows_from,
-    validate_rows,
-)
+from diffgrpo.tasks import offline
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import NumericTask, TaskError, load_hub, normalize_number, read_table, rows_from, validate_rows
 
 PARTS = ("I", "II")
 HUB_REPO = "opencompass/AIME2025"

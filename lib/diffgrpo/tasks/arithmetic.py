@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import pandas as pd
 import reasoning_gym
 
-from . import register
-from .base import Task, TaskError, extract_number, normalize_number, validate_rows
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import Task, TaskError, extract_number, normalize_number, validate_rows
 
 #: tier -> (terms, digits per number)
 TIERS = {1: (2, 1), 2: (3, 1), 3: (3, 2), 4: (4, 2), 5: (5, 3)}

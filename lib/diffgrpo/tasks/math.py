@@ -30,8 +30,8 @@ import pandas as pd
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
-from . import register
-from .base import Task, TaskError, answer_is, last_boxed, load_hub, log, rows_from, validate_rows
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import Task, TaskError, answer_is, last_boxed, load_hub, log, rows_from, validate_rows
 
 SUBJECTS = (
     "algebra",

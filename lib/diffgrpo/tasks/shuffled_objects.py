@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import register
-from .base import Task, TaskError, validate_rows
+from diffgrpo.tasks import register
+from diffgrpo.tasks.base import Task, TaskError, validate_rows
 
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")
 OBJECTS = ("book", "ball", "hat", "key")

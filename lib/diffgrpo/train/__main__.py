@@ -1,5 +1,5 @@
 import sys
 
-from .run import main
+from diffgrpo.train.run import main
 
 sys.exit(main())

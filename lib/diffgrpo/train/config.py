@@ -26,9 +26,9 @@ from typing import Any
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from .. import devices
-from ..params import DERIVED_GRPO_OPTIONS, Config
-from ..curriculum import Level, run_levels
+from diffgrpo.models import devices
+from diffgrpo.params import DERIVED_GRPO_OPTIONS, Config
+from diffgrpo.train.levels import Level, run_levels
 
 
 def checkpointing_argument() -> str:

@@ -16,7 +16,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from .. import artifacts, devices, layout, rewards
+from diffgrpo.store import artifacts, layout
+from diffgrpo.models import devices
+from diffgrpo import rewards
 
 #: groups.parquet's columns; ``round`` (the generation round of its step, 1 without dynamic
 #: sampling) and ``kept`` (it entered the update) came with dynamic sampling, ``level`` with EPRLI

@@ -31,14 +31,16 @@ from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
-from .. import artifacts, data, devices, layout, params, rewards, runs, select
-from .. import curriculum as eprli
-from ..generation import check_fit, context_length, encode_prompt
-from ..models import quiet_renamed_arguments
-from ..params import Config
-from .config import grpo_kwargs, lora_config
-from .records import Progress, Recorder, Tidy
-from .trainer import Budget, Trainer
+from diffgrpo.store import artifacts, layout, run_folder
+from diffgrpo.models import resolve, devices
+from diffgrpo import params, rewards, select
+from diffgrpo.train import levels as eprli
+from diffgrpo.models.generation import check_fit, context_length, encode_prompt
+from diffgrpo.models.loading import quiet_renamed_arguments
+from diffgrpo.params import Config
+from diffgrpo.train.config import grpo_kwargs, lora_config
+from diffgrpo.train.records import Progress, Recorder, Tidy
+from diffgrpo.train.trainer import Budget, Trainer
 
 
 
@@ -50,7 +52,7 @@ def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
         raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
     selection = artifacts.read_parquet(path, "02_select")
     ids = selection["id"].astype(str)
-    pool = data.load_pool(cfg).set_index("id")
+    pool = resolve.load_pool(cfg).set_index("id")
     dup = ids[ids.duplicated()]
     if len(dup):
         raise ValueError(f"{path}: id {dup.iloc[0]!r} is selected more than once (row {int(dup.index[0]) + 1}, counting "
@@ -128,14 +130,14 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
-    manifest, done = runs.previous(run_dir, key, max_steps, devices.is_main_process())
+    manifest, done = run_folder.previous(run_dir, key, max_steps, devices.is_main_process())
     if done:
         return run_dir
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
     eprli.check_levels_fit(levels, cfg, n_processes)
-    task = data.task_of(cfg)
+    task = resolve.task_of(cfg)
     study = layout.study_dir(cfg)
     head = {
         "key": key,
@@ -181,11 +183,11 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             offset += record["steps_done"]
             previous = layout.list_checkpoints(lv_ckpt)[record["local_steps"]]
             continue
-        resumed_step, resume_from = runs.resume_point(lv_ckpt, tidy=is_main)
+        resumed_step, resume_from = run_folder.resume_point(lv_ckpt, tidy=is_main)
         if one:
             had = set(layout.list_checkpoints(lv_ckpt))  # what this session found: it must still be there at the end
         # every process records the groups it scored; the main process holds the earlier rows
-        steps, groups = runs.previous_rows(run_dir, offset + resumed_step) if is_main else ([], [])
+        steps, groups = run_folder.previous_rows(run_dir, offset + resumed_step) if is_main else ([], [])
         before = int(sum(len(g["rewards"]) for g in groups if g["step"] <= offset))
         recorder = Recorder(task, lv.group_size, steps, groups, arm.reward_weights,
                             (lv.length_weight, lv.max_completion_length, cfg.train.length_reward.cache),
@@ -196,9 +198,9 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
             raise ValueError(f"eprli level {lv.name!r}: {len(level_rows)} prompts, fewer than its buffer_size "
                              f"= {lv.prompts_per_step}")
 
-        model, tokenizer = data.load_model(cfg)
+        model, tokenizer = resolve.load_model(cfg)
         if tokenizer.chat_template is None:
-            raise ValueError(f"{data.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
+            raise ValueError(f"{resolve.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
         tokenizer.padding_side = "left"
         check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
         check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
@@ -274,7 +276,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         del trainer, model
 
     if recorder is None:  # every level was finished before an interruption
-        steps, groups = runs.previous_rows(run_dir, offset) if is_main else ([], [])
+        steps, groups = run_folder.previous_rows(run_dir, offset) if is_main else ([], [])
         recorder = Recorder(task, levels[-1].group_size, steps, groups)
     step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
     finished = offset >= max_steps or budget_spent
@@ -282,9 +284,9 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         finished = len(level_records) == len(levels)
     if is_main:
         every = {s for s in range(cfg.train.save_steps, offset + 1, cfg.train.save_steps)} if levels[0].name is None else set()
-        runs.check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
+        run_folder.check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
     write_manifest("complete" if finished else "stopped", offset, {
-        "sha256": artifacts.digests(run_dir, [f for f in runs.RUN_FILES if (run_dir / f).is_file()] + runs.adapter_files(run_dir)
+        "sha256": artifacts.digests(run_dir, [f for f in run_folder.RUN_FILES if (run_dir / f).is_file()] + run_folder.adapter_files(run_dir)
                                     + [artifacts.relative(p, run_dir) for p in sorted(run_dir.glob("levels/*/level.json"))]),
         "seconds_this_session": round(time.perf_counter() - t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
@@ -335,7 +337,7 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
 def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:
     """Every (arm, seed) run of the study (or those of ``arm`` and/or ``seed``), one after the
     other in this process (the study runner trains ``workers`` runs at once, one notebook
-    each: diffgrpo.fanout); run id -> folder."""
+    each: diffgrpo.study.executors); run id -> folder."""
     planned = layout.planned_runs(cfg, arm, seed)
     return {layout.run_id(s, sd): train_run(cfg, s, sd, progress=progress) for s, sd in planned}
 
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0 \
             --set train.num_processes=4
 
-    Each process trains on its share of every update (diffgrpo.devices.batching); the main
+    Each process trains on its share of every update (diffgrpo.models.devices.batching); the main
     process writes the run's files. The study's 03_train stage then finds the run finished
     (with the same train.num_processes: it is part of the run's key)."""
     import argparse

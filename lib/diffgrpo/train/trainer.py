@@ -16,8 +16,9 @@ from trl import GRPOTrainer
 from peft.tuners.tuners_utils import BaseTunerLayer
 from trl.trainer.utils import RepeatSampler
 
-from .. import artifacts, devices, layout
-from .records import Recorder
+from diffgrpo.store import artifacts, layout
+from diffgrpo.models import devices
+from diffgrpo.train.records import Recorder
 
 
 class EpochSampler(RepeatSampler):

@@ -1,0 +1,207 @@
+"""The report's figures (matplotlib Figure objects, no pyplot state: safe in tests and
+notebooks); each is checked by the data behind it, not by its pixels."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from diffgrpo.store import layout
+from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, STRATEGY_ORDER, strategy_order
+from diffgrpo.analysis.uncertainty import fit_line
+
+def _colors(strategies: Iterable[str]) -> dict[str, str]:
+    """One color per strategy, the same in every figure: 003's four first, the base grey."""
+    others = [s for s in strategy_order(strategies) if s not in (layout.BASE_RUN, *STRATEGY_ORDER)]
+    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*STRATEGY_ORDER, *others])}
+
+
+
+def plot_accuracy_curves(curves: pd.DataFrame, metric: str) -> Figure:
+    """Figure 2: accuracy by checkpoint, one line per strategy (mean over seeds); band = the 95%
+    bootstrap interval over test prompts and seeds when ``curves`` has ``ci_low``/``ci_high``,
+    else the sd over seeds."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    colors = _colors(curves["strategy"])
+    has_ci = {"ci_low", "ci_high"} <= set(curves.columns)
+    for s, c in curves.groupby("strategy", sort=False):
+        ax.plot(c["step"], c["value"], marker="o", color=colors[s], label=s)
+        lo, hi = ((c["ci_low"], c["ci_high"]) if has_ci else
+                  (c["value"] - c["sd"].fillna(0), c["value"] + c["sd"].fillna(0)))
+        ax.fill_between(c["step"], lo, hi, color=colors[s], alpha=0.15, linewidth=0)
+    ax.axhline(curves.loc[curves["step"] == 0, "value"].iloc[0], color="grey", ls=":", label="base")
+    band = "95% interval (prompts x seeds)" if has_ci else "sd over seeds"
+    ax.set(xlabel="training step", ylabel=METRIC_NAMES.get(metric, metric), title=f"Accuracy by checkpoint; band: {band}")
+    ax.legend()
+    return fig
+
+
+
+def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str | None = None,
+                           stated_r2: float | None = None, r2_ci95: list[float] | None = None,
+                           control: Iterable[str] = ()) -> Figure:
+    """Figure 3: learnable % vs gain with the least-squares line; ours, and the paper's reported
+    points refit (its title also gives the R^2 the paper states, which the refit need not match).
+    ``control`` arms (not trained on the verifier's reward) are drawn apart, hollow and labelled,
+    and left out of the line and its R^2."""
+    stated = "" if stated_r2 is None else f" (paper states {stated_r2:g})"
+    ours = "" if r2_ci95 is None else f" [{r2_ci95[0]:.2f}, {r2_ci95[1]:.2f}]"
+    control = set(control)
+    panels = [("ours", runs, ours)] + ([(f"paper {paper}, refit", points, stated)] if len(points) else [])
+    fig = Figure(figsize=(5.5 * len(panels), 4.5))
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    colors = _colors(pd.concat([runs["strategy"], points["strategy"]]))
+    for ax, (title, df, note) in zip(axes, panels):
+        markers = dict(zip(df["model"].unique(), "osD^vP*X"))
+        for (s, m), d in df.groupby(["strategy", "model"], sort=False):
+            if s in control:
+                ax.scatter(d["learnable_pct"], d["gain_pp"], facecolors="none", edgecolors=colors[s], marker=markers[m])
+            else:
+                ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
+        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])
+                   if s not in control]
+        handles += [Line2D([], [], ls="", marker="o", mfc="none", color=colors[s],
+                           label=f"{s} (control): not fitted")
+                    for s in strategy_order(df["strategy"]) if s in control]
+        handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
+        fitted = df[~df["strategy"].isin(control)]
+        fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"])
+        if fit["slope"] is not None:
+            xs = np.linspace(fitted["learnable_pct"].min(), fitted["learnable_pct"].max(), 2)
+            ax.plot(xs, fit["intercept"] + fit["slope"] * xs, "k--", lw=1)
+        r2 = "undefined" if fit["r2"] is None else f"{fit['r2']:.2f}"
+        ax.set(xlabel="learnable % (verifier's scores)" if title == "ours" else "learnable %", ylabel="gain (points)",
+               title=f"{title}: n = {fit['n']}, R² = {r2}{note}")
+        ax.legend(handles=handles, fontsize="x-small")
+    return fig
+
+
+
+def plot_learnability(arms: pd.DataFrame, group_size: int) -> Figure:
+    """Predicted learnable % at step 0 (from the probe's p_hat, filled; from each prompt's Beta
+    posterior, hollow) against the observed one, over the first steps and the whole run, per
+    arm (mean over seeds); the diagonal is agreement."""
+    fig = Figure(figsize=(5.5, 4.5))
+    ax = fig.subplots()
+    colors = _colors(arms["strategy"])
+    posterior = "predicted_posterior_pct" if "predicted_posterior_pct" in arms else "predicted_learnable_pct"
+    for col, marker in (("learnable_first_pct", "o"), ("learnable_pct", "s")):
+        ax.scatter(arms["predicted_learnable_pct"], arms[col], c=[colors[s] for s in arms["strategy"]], marker=marker)
+        ax.scatter(arms[posterior], arms[col], facecolors="none", edgecolors=[colors[s] for s in arms["strategy"]],
+                   marker=marker)
+    values = arms[["predicted_learnable_pct", posterior, "learnable_first_pct", "learnable_pct"]].to_numpy(float)
+    top = max(5.0, float(np.nanmax(values)) * 1.1) if np.isfinite(values).any() else 100.0
+    ax.plot([0, top], [0, top], color="grey", ls=":", lw=1)
+    handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arms["strategy"]]
+    handles += [Line2D([], [], ls="", marker="o", mfc="none", color="k", label=f"first {FIRST_STEPS_FRAC:.0%} of steps"),
+                Line2D([], [], ls="", marker="s", mfc="none", color="k", label="whole run"),
+                Line2D([], [], ls="", marker="o", color="grey", label="filled: plug-in p_hat"),
+                Line2D([], [], ls="", marker="o", mfc="none", color="grey", label="hollow: Beta posterior of p")]
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel=f"predicted learnable % (mean of 1 - p^{group_size} - (1-p)^{group_size})",
+           ylabel="observed learnable %", title="Learnability: predicted from the probe vs observed")
+    ax.legend(handles=handles, fontsize="x-small")
+    return fig
+
+
+
+def plot_p_hat(selected: pd.DataFrame) -> Figure:
+    """Histogram of the base model's p_hat over each selection: what each strategy trains on."""
+    strategies = list(dict.fromkeys(selected["strategy"]))
+    fig = Figure(figsize=(6, 1.6 * len(strategies) + 0.6))
+    axes = np.atleast_1d(fig.subplots(len(strategies), 1, sharex=True))
+    colors = _colors(strategies)
+    for ax, s in zip(axes, strategies):
+        ax.hist(selected.loc[selected["strategy"] == s, "p_hat"], bins=np.linspace(0, 1, 21), color=colors[s])
+        ax.set_ylabel(s)
+    axes[-1].set_xlabel("p_hat (base model's success rate)")
+    axes[0].set_title("Difficulty of each selection")
+    return fig
+
+
+
+def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
+    """Accuracy per tier: grouped bars, base and each strategy's final checkpoint."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    wide = tiers.pivot(index="tier", columns="strategy", values="value")
+    strategies = strategy_order(wide.columns)
+    width = 0.8 / max(len(strategies), 1)
+    colors = _colors(strategies)
+    x = np.arange(len(wide.index))
+    for i, s in enumerate(strategies):
+        ax.bar(x + i * width, wide[s], width, color=colors[s], label=s)
+    ax.set_xticks(x + width * (len(strategies) - 1) / 2, [str(t) for t in wide.index])
+    ax.set(xlabel="tier", ylabel=METRIC_NAMES.get(metric, metric), title="Accuracy per difficulty tier")
+    ax.legend(fontsize="small")
+    return fig
+
+
+
+
+def plot_test_bins(bins: pd.DataFrame) -> Figure:
+    """Gain per test-difficulty bin: grouped bars per arm with their 95% intervals; each bin
+    labelled with its number of test prompts."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    data = bins.dropna(subset=["gain_pp"]) if "gain_pp" in bins else bins.iloc[0:0]
+    labels = list(dict.fromkeys(bins["bin"]))
+    strategies = strategy_order(data["strategy"])
+    width = 0.8 / max(len(strategies), 1)
+    colors = _colors(strategies)
+    for i, s in enumerate(strategies):
+        d = data[data["strategy"] == s].set_index("bin").reindex(labels)
+        x = np.arange(len(labels)) + i * width
+        err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
+        ax.bar(x, d["gain_pp"], width, yerr=err, capsize=2, color=colors[s], label=s)
+    n = bins.drop_duplicates("bin").set_index("bin")["n_prompts"]
+    ax.set_xticks(np.arange(len(labels)) + width * (len(strategies) - 1) / 2,
+                  [f"p_hat {b}\n{int(n[b])} prompts" for b in labels])
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="base model's p_hat on the test prompt (probe.test)", ylabel="gain (points)",
+           title="Gain by test-prompt difficulty (95% intervals)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_matched_test(table: pd.DataFrame) -> Figure:
+    """Each arm's gain on the common test set and on the test prompts of its own training
+    difficulty (003's released code), with 95% intervals."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    data = table.dropna(subset=["gain_pp"])
+    strategies = strategy_order(data["strategy"])
+    for j, (scoring, marker) in enumerate((("common", "o"), ("matched", "s"))):
+        d = data[data["scoring"] == scoring].set_index("strategy").reindex(strategies)
+        x = np.arange(len(strategies)) + (j - 0.5) * 0.25
+        err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
+        ax.errorbar(x, d["gain_pp"], yerr=err, fmt=marker, capsize=3,
+                    label={"common": "common test set", "matched": "test prompts of its training difficulty"}[scoring])
+    ax.set_xticks(np.arange(len(strategies)), strategies)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(ylabel="gain (points)", title="Gain scored two ways (95% intervals)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_confounds(steps: pd.DataFrame) -> Figure:
+    """Completion length and truncation rate by training step, one line per arm (mean over
+    seeds, a rolling mean over 5 steps): a length change that comes with a gain is a confound."""
+    cols = [c for c in ("mean_length", "truncated") if c in steps]
+    fig = Figure(figsize=(5.5 * len(cols), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(cols)))
+    colors = _colors(steps["strategy"])
+    curves = steps.groupby(["strategy", "step"], sort=False)[cols].mean().reset_index()
+    for ax, col in zip(axes, cols):
+        for s in strategy_order(curves["strategy"]):
+            c = curves[curves["strategy"] == s].sort_values("step")
+            ax.plot(c["step"], c[col].rolling(5, min_periods=1).mean(), color=colors[s], label=s)
+        ax.set(xlabel="training step", ylabel={"mean_length": "completion length (tokens)",
+                                               "truncated": "share truncated"}[col])
+        ax.legend(fontsize="x-small")
+    axes[0].set_title("Length and truncation over training (rolling mean of 5 steps)")
+    return fig

@@ -1,0 +1,367 @@
+"""Uncertainty of every reported number: intervals that hold at the seeds a study has, paired
+contrasts with Holm's adjustment in named families, the least-squares line of Figure 3 and an
+interval on its R^2, and the one-line verdict that names a best arm only when the data support it.
+
+The mean of a prompts x seeds matrix of scores (an arm's gain, or the difference of two arms'
+gains) varies through the test prompts and through the seeds. With 2-3 seeds, resampling the
+seeds as well (a crossed bootstrap) understates the seed variance (a bootstrap of S values has
+(S-1)/S of their variance and normal tails), which called null contrasts at 8-10% instead of 5%
+(issue 19). So the two parts are kept apart:
+
+- **seed part**: the per-seed means over the test prompts vary with the seed and with each
+  run's own per-prompt noise; their standard error (sd over seeds / sqrt(S)) is scaled by a
+  Student t with S - 1 degrees of freedom, the exact pivot of a mean of S normal values;
+- **prompt part**: the percentile bootstrap over the test prompts of the seed-averaged scores,
+  shrunk by sqrt((MS_prompts - MS_resid) / MS_prompts) (two-way ANOVA mean squares) so that it
+  carries the prompts' own variance and not the per-run noise the seed part already carries.
+  Together they estimate sigma_prompt^2 / n + sigma_seed^2 / S + sigma_resid^2 / (n S), the
+  variance of the mean, without double counting;
+- the distribution of the mean is the bootstrap draws of the prompt part convolved with the t
+  of the seed part, whose CDF is computed exactly for each draw (no t draws are sampled): the
+  95% interval is its 2.5% and 97.5% quantiles, the two-sided p-value twice its smaller tail at 0.
+  With one seed it is the percentile bootstrap over test prompts alone, as before, and the
+  report says that seed variance is not included.
+
+Simulated (:mod:`diffgrpo.analysis.calibration`: 300 test prompts, a seed sd of 3 and 5 points, 2,000
+studies a setting), null contrasts are called at 4.8% and 5.6% with 2 seeds, 4.5% and 4.4% with
+3, and arm gains covered 97.4-98.1% (conservative: the t's tails widen the seed part also where
+the prompts' variance dominates); the crossed bootstrap called 7.5%, 17.8%, 5.1% and 10.0% and
+covered 88-96%. ``tests/test_analyze.py::test_few_seed_intervals_hold_their_error_rates``
+checks the rates with 600 studies a setting.
+
+Every p-value is decided against each Holm threshold of its family (alpha / k, k = 1..m): while
+its 99% Monte Carlo interval holds a threshold, the prompt resamples are doubled, up to
+``MAX_REFINE`` times ``analyze.bootstrap``; a p still on the edge is reported ``undecided``.
+Holm's families: the contrasts among the arms that train on the verifier's reward, and, apart,
+each arm against a control arm (whose contrasts would otherwise dilute the arms' own).
+
+Figure 3's R^2 is over the arms that train on the verifier's reward; its interval resamples the
+arms, then each drawn arm's seeds (an arm's seeds share one selection, so its runs are not
+independent points).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from diffgrpo.analysis.tables import DIGITS, METRIC_NAMES, strategy_order
+
+ALPHA = 0.05  # the error rate of every decision (intervals are 1 - ALPHA)
+MC_Z = 2.576  # a p-value is decided when its 99% Monte Carlo interval holds no Holm threshold
+MAX_REFINE = 16  # at most this many times analyze.bootstrap prompt resamples for a p on the edge
+
+#: Holm's families, in the report's words
+FAMILIES = {"arms": "pairs of arms that train on the verifier's reward",
+            "control": "each arm against a control arm, whose reward ignores the answer"}
+
+
+def _round(v: float) -> float | None:
+    return None if v is None or not np.isfinite(v) else round(float(v), DIGITS)
+
+
+
+def fit_line(x: Iterable[float], y: Iterable[float]) -> dict:
+    """Least-squares ``y = slope * x + intercept`` and its R^2 (Figure 3: gain on learnable %).
+
+    R^2 is None, with the reason in ``note``, when it means nothing: fewer than 3 points (a
+    line fits 2 exactly) or no spread in x or y. The slope needs only 2 points with distinct x.
+    """
+    x, y = np.asarray(list(x), float), np.asarray(list(y), float)
+    out = {"slope": None, "intercept": None, "r2": None, "n": len(x), "note": None}
+    x_spread = len(x) > 1 and np.ptp(x) > 0
+    if x_spread:
+        fit = stats.linregress(x, y)
+        out.update(slope=_round(fit.slope), intercept=_round(fit.intercept))
+    if len(x) < 3:
+        out["note"] = f"{len(x)} point(s): R^2 needs at least 3"
+    elif not x_spread:
+        out["note"] = "every point has the same learnable %: no line to fit"
+    elif np.ptp(y) == 0:
+        out["note"] = "every point has the same gain: R^2 is undefined"
+    else:
+        out["r2"] = _round(fit.rvalue**2)
+    return out
+
+
+
+class Bootstrap:
+    """Resamples of the ``n_prompts`` test prompts, shared by every arm and contrast. The first
+    ``n_boot`` are multinomial weights drawn from ``[seed, 0]``; more (for a p-value on the edge
+    of a threshold) are drawn per block of ``n_boot`` from ``[seed, 0, block]``."""
+
+    def __init__(self, n_prompts: int, n_boot: int, seed: int):
+        self.n_prompts, self.n_boot, self.seed = n_prompts, n_boot, seed
+        rng = np.random.default_rng([seed, 0])
+        self.prompt_w = rng.multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot) / n_prompts
+
+    def prompt_means(self, v: np.ndarray, blocks: int = 1) -> np.ndarray:
+        """Resampled means of the per-prompt values ``v``: ``blocks`` x ``n_boot`` of them."""
+        v = np.asarray(v, float)
+        draws = [self.prompt_w @ v]
+        for block in range(1, blocks):
+            idx = np.random.default_rng([self.seed, 0, block]).integers(0, self.n_prompts, (self.n_boot, self.n_prompts))
+            draws.append(v[idx].mean(axis=1))
+        return np.concatenate(draws)
+
+
+
+@dataclass
+class MeanDist:
+    """The sampling distribution of a prompts x seeds mean: ``est`` + a prompt-bootstrap draw
+    (``dev``, one per resample) + ``se_seed`` x Student t with ``df`` = seeds - 1 (``se_seed``
+    0: no seed part, with one seed or seeds that agree exactly)."""
+
+    est: float
+    dev: np.ndarray
+    se_seed: float
+    df: int
+
+    def _below(self, v: float) -> np.ndarray:
+        """P(mean <= v) given each prompt draw."""
+        if self.se_seed > 0:
+            return stats.t.cdf((v - self.est - self.dev) / self.se_seed, self.df)
+        return (self.est + self.dev <= v).astype(float)
+
+    def interval(self, level: float = 1 - ALPHA) -> list[float]:
+        tail = (1 - level) / 2
+        if self.se_seed == 0:  # the percentile bootstrap (one seed: as before issue 19)
+            return interval(self.est + self.dev, level)
+        out = []
+        for q in (tail, 1 - tail):
+            shift = self.se_seed * stats.t.ppf(q, self.df)
+            lo, hi = self.est + self.dev.min() + shift, self.est + self.dev.max() + shift
+            out.append(float(lo) if hi - lo < 1e-12 else
+                       optimize.brentq(lambda v: self._below(v).mean() - q, lo, hi, xtol=1e-9))
+        return out
+
+    def p_value(self) -> tuple[float, float]:
+        """Two-sided p of "the mean is 0" and its Monte Carlo standard error."""
+        b = len(self.dev)
+        if self.se_seed == 0:
+            draws = self.est + self.dev
+            tail = min((draws <= 0).mean(), (draws >= 0).mean())  # ties on both sides: all-zero draws, no MC error
+            return boot_p(draws), float(2 * np.sqrt(tail * (1 - tail) / b))
+        below = self._below(0.0)
+        tail = min(below.mean(), 1 - below.mean())
+        return float(min(1.0, 2 * tail)), float(2 * below.std() / np.sqrt(b))
+
+
+
+def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1) -> MeanDist:
+    """The distribution of the mean of a prompts x seeds matrix (module docstring)."""
+    x = np.asarray(x, float).reshape(boot.n_prompts, -1)
+    n, s = x.shape
+    est, rows = float(x.mean()), x.mean(axis=1)
+    dev = boot.prompt_means(rows, blocks) - est
+    if s == 1:
+        return MeanDist(est, dev, 0.0, 0)
+    cols = x.mean(axis=0)
+    ms_rows = s * ((rows - est) ** 2).sum() / (n - 1)
+    ms_resid = ((x - rows[:, None] - cols[None, :] + est) ** 2).sum() / ((n - 1) * (s - 1))
+    shrink = np.sqrt(max(0.0, ms_rows - ms_resid) / ms_rows) if ms_rows > 0 else 1.0
+    return MeanDist(est, shrink * dev, float(cols.std(ddof=1) / np.sqrt(s)), s - 1)
+
+
+
+def interval(boot: np.ndarray, level: float = 0.95, method: str = "linear") -> list[float]:
+    """Percentile interval of the resampled values (``method``: numpy's; ``"inverted_cdf"``
+    takes resampled values only, for a statistic on a grid or with infinite values)."""
+    tail = 100 * (1 - level) / 2
+    return [float(v) for v in np.percentile(boot, [tail, 100 - tail], method=method)]
+
+
+
+def boot_p(boot: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of "the mean is 0": twice the smaller share of resamples on
+    either side of 0 (ties count on both sides), with the +1 of a resampling test, capped at 1."""
+    n = len(boot)
+    tail = min(int((boot <= 0).sum()), int((boot >= 0).sum()))
+    return float(min(1.0, 2 * (tail + 1) / (n + 1)))
+
+
+
+def holm(p: Iterable[float]) -> np.ndarray:
+    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i + 1), made
+    monotone, capped at 1; controls the family-wise error rate over the m contrasts."""
+    p = np.asarray(list(p), float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+
+def on_edge(p: float, se: float, m: int, alpha: float = ALPHA) -> bool:
+    """Whether p's 99% Monte Carlo interval holds one of the Holm thresholds alpha / k (k <= m)."""
+    return bool(np.any(np.abs(p - alpha / np.arange(1, m + 1)) <= MC_Z * se))
+
+
+
+def arm_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
+    """Per arm: mean gain over seeds (points, final checkpoint vs base) and its 95% interval."""
+    rows = []
+    for strategy in strategy_order(s for s, _ in scores.runs):
+        gain = 100.0 * (scores.at(strategy) - scores.base[:, None])
+        lo, hi = mean_dist(gain, boot).interval()
+        rows.append({"strategy": strategy, "gain_pp": float(gain.mean()), "ci_low": lo, "ci_high": hi,
+                     "n_seeds": gain.shape[1]})
+    return pd.DataFrame(rows)
+
+
+
+CONTRAST_COLUMNS = ["a", "b", "family", "diff_pp", "ci_low", "ci_high", "p", "p_mc_se", "resamples", "n_seeds"]
+
+
+def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alpha: float = ALPHA,
+              max_refine: int = MAX_REFINE) -> pd.DataFrame:
+    """Every pair of arms, paired on the same test prompts and the seeds both ran: difference of
+    gains in points (a - b), its interval, p-value (with its Monte Carlo error and the resamples
+    it took), and Holm's within its family: ``arms`` (pairs of verifier-reward arms) or
+    ``control`` (a pair with a ``control`` arm). ``decision``: differs / not distinguishable /
+    undecided (p still within Monte Carlo error of a Holm threshold at the cap)."""
+    arms, control = strategy_order(s for s, _ in scores.runs), set(control)
+    rows, diffs = [], []
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
+            if not common:
+                continue
+            diff = 100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))
+            family = "control" if {a, b} & control else "arms"
+            rows.append({"a": a, "b": b, "family": family, "diff_pp": float(diff.mean()), "n_seeds": len(common)})
+            diffs.append(diff)
+    out = pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    sizes = out["family"].map(out["family"].value_counts())
+    undecided = []
+    for i, diff in enumerate(diffs):
+        blocks = 1
+        while True:
+            dist = mean_dist(diff, boot, blocks)
+            p, se = dist.p_value()
+            edge = on_edge(p, se, int(sizes.iloc[i]), alpha)
+            if not edge or 2 * blocks > max_refine:
+                break
+            blocks *= 2
+        lo, hi = dist.interval(1 - alpha)
+        out.loc[i, ["ci_low", "ci_high", "p", "p_mc_se", "resamples"]] = [lo, hi, p, se, blocks * boot.n_boot]
+        undecided.append(edge)
+    out = out.astype({"ci_low": float, "ci_high": float, "p": float, "p_mc_se": float, "resamples": int})
+    out["p_holm"] = np.nan
+    for family, idx in out.groupby("family").groups.items():
+        out.loc[idx, "p_holm"] = holm(out.loc[idx, "p"])
+    out["excludes_zero"] = (out["ci_low"] > 0) | (out["ci_high"] < 0)
+    out["undecided"] = np.asarray(undecided, bool)
+    out["significant_holm"] = (out["p_holm"] < alpha) & ~out["undecided"]
+    out["decision"] = np.where(out["undecided"], "undecided",
+                               np.where(out["significant_holm"], "differs", "not distinguishable"))
+    return out
+
+
+
+def holm_families(pairs: pd.DataFrame) -> dict:
+    """Each Holm family of the report: what it is and the contrasts in it."""
+    return {family: {"what": FAMILIES[family], "contrasts": [f"{a} - {b}" for a, b in zip(g["a"], g["b"])]}
+            for family, g in pairs.groupby("family", sort=False)}
+
+
+
+def curve_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
+    """Figure 2's bands: per arm and checkpoint, the 95% interval of the mean accuracy over
+    seeds (step 0: the base model's, over prompts only)."""
+    base = mean_dist(scores.base, boot).interval()
+    rows = []
+    for strategy in strategy_order(s for s, _ in scores.runs):
+        rows.append({"strategy": strategy, "step": 0, "ci_low": base[0], "ci_high": base[1]})
+        for step in scores.steps(strategy):
+            lo, hi = mean_dist(scores.at(strategy, step), boot).interval()
+            rows.append({"strategy": strategy, "step": step, "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows)
+
+
+
+def r2_interval(x: Iterable[float], y: Iterable[float], n_boot: int, seed: int,
+                groups: Iterable | None = None) -> list[float] | None:
+    """Percentile interval of R^2 over resamples of the arms (``groups``, one label per run),
+    then of each drawn arm's runs (its seeds); ``groups`` None: every run its own arm. None with
+    fewer than 3 runs or no spread (resamples without spread in x or y are dropped)."""
+    x, y = np.asarray(list(x), float), np.asarray(list(y), float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    labels = np.arange(len(x)) if groups is None else pd.factorize(pd.Series(list(groups)))[0]
+    members = [np.flatnonzero(labels == g) for g in range(labels.max() + 1)]
+    sizes = np.array([len(m) for m in members])
+    padded = np.array([np.pad(m, (0, sizes.max() - len(m)), mode="edge") for m in members])
+    rng = np.random.default_rng([seed, 2])
+    arm = rng.integers(0, len(members), size=(n_boot, len(members)))          # arms, with replacement
+    pos = (rng.random((n_boot, len(members), sizes.max())) * sizes[arm][..., None]).astype(int)  # then seeds
+    idx = padded[arm[..., None], pos].reshape(n_boot, -1)
+    w = (np.arange(sizes.max()) < sizes[arm][..., None]).reshape(n_boot, -1).astype(float)
+    xs, ys = x[idx], y[idx]
+    xc = xs - (w * xs).sum(1, keepdims=True) / w.sum(1, keepdims=True)
+    yc = ys - (w * ys).sum(1, keepdims=True) / w.sum(1, keepdims=True)
+    sxx, syy, sxy = (w * xc * xc).sum(1), (w * yc * yc).sum(1), (w * xc * yc).sum(1)
+    ok = (sxx > 1e-12) & (syy > 1e-12)
+    return [_round(v) for v in interval(sxy[ok] ** 2 / (sxx[ok] * syy[ok]))]
+
+
+
+def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str, base_acc: float,
+                           n_prompts: int, control: Iterable[str] = ()) -> tuple[str, str | None]:
+    """One honest line, and the best arm: named only when its lead over the runner-up has an
+    interval that excludes 0; otherwise the arms are not distinguishable at this size. The best
+    arm is one that trains on the verifier's reward (``control`` arms are compared apart)."""
+    name = METRIC_NAMES.get(metric, metric)
+    control = set(control)
+    real = arms[~arms["strategy"].isin(control)] if (~arms["strategy"].isin(control)).any() else arms
+    ranked = real.sort_values("gain_pp", ascending=False, kind="stable").reset_index(drop=True)
+    top = ranked.iloc[0]
+    ci = lambda r: f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"  # noqa: E731
+    seeds = int(arms["n_seeds"].max())
+    scope = (f"95% intervals over {n_prompts} test prompts and {seeds} seeds, the seed part a t with {seeds - 1} "
+             "degrees of freedom" if seeds > 1 else
+             f"95% intervals over {n_prompts} test prompts only (one seed: seed variance is not included)")
+    if top["ci_high"] < 0:
+        head = f"every arm lost {name} against the base model ({base_acc:.2f}); the best, {top['strategy']}, "
+    elif top["ci_low"] <= 0:
+        tied = int(np.isclose(ranked["gain_pp"], top["gain_pp"]).sum())
+        best_mean = f"{tied} arms tie for the best mean at" if tied > 1 else f"the best mean, {top['strategy']},"
+        head = f"no arm's gain over the base model's {name} ({base_acc:.2f}) excludes 0; {best_mean} "
+    else:
+        head = f"{top['strategy']} beat the base model's {name} ({base_acc:.2f}): "
+    line = head + f"{top['gain_pp']:+.1f} points {ci(top)}"
+    if len(ranked) == 1:
+        return f"{line}{_family_counts(pairs)} ({scope})", str(top["strategy"])
+    second = ranked.iloc[1]
+    pair = pairs[((pairs["a"] == top["strategy"]) & (pairs["b"] == second["strategy"]))
+                 | ((pairs["b"] == top["strategy"]) & (pairs["a"] == second["strategy"]))].iloc[0]
+    sign = 1 if pair["a"] == top["strategy"] else -1
+    lead = {"diff": sign * pair["diff_pp"], "lo": min(sign * pair["ci_low"], sign * pair["ci_high"]),
+            "hi": max(sign * pair["ci_low"], sign * pair["ci_high"])}
+    lead_text = f"{lead['diff']:+.1f} [{lead['lo']:+.1f}, {lead['hi']:+.1f}] points over {second['strategy']}"
+    if lead["lo"] > 0:
+        best = str(top["strategy"])
+        line += f"; {best} is the best arm: its lead of {lead_text} excludes 0"
+    else:
+        best = None
+        line += f"; the arms are not distinguishable at this size: the lead of {lead_text} includes 0"
+    return f"{line}{_family_counts(pairs)} ({scope})", best
+
+
+
+def _family_counts(pairs: pd.DataFrame) -> str:
+    """'; k of m contrasts ... differ from 0 after Holm's correction', per family."""
+    parts = []
+    pairs = pairs if "family" in pairs else pairs.assign(family="arms")
+    for family, g in pairs.groupby("family", sort=False) if len(pairs) else []:
+        what = "contrasts" if family == "arms" else "contrasts with the control"
+        undecided = int(g["undecided"].sum()) if "undecided" in g else 0
+        parts.append(f"{int(g['significant_holm'].sum())} of {len(g)} {what} differ from 0 after Holm's correction "
+                     f"within their family" + (f" ({undecided} undecided at the resample cap)" if undecided else ""))
+    return "".join(f"; {p}" for p in parts)

@@ -1,0 +1,188 @@
+"""One generation interface for every stage that samples from a model (probe, evaluate, build).
+
+``HFGenerator.generate(prompts, n=...)`` takes chat messages and returns ``n`` completions per
+prompt, in prompt order. It batches the ``len(prompts) * n`` requests, sorted by prompt length
+so that a batch carries little padding, pads on the LEFT (a decoder-only model continues from
+the last position; right padding would put pad tokens between prompt and completion), and
+decodes only the completion tokens, so an example answer in the prompt can never be scored as
+the model's.
+
+The vLLM backend (:mod:`diffgrpo.models.vllm_engine`, GPU environment only) has the same
+``generate`` signature and returns the same :class:`Completion` records;
+:func:`diffgrpo.models.resumable_sampling.load_generator` picks one by ``generation.backend``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import GenerationConfig
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation of a prompt."""
+
+    text: str  # the completion alone, special tokens removed
+    num_tokens: int  # tokens the model generated, the EOS token included when it stopped
+    finished: bool  # True when it stopped at EOS, False when cut at max_new_tokens
+
+
+def encode_prompt(tokenizer, messages: list[dict], chat_template_kwargs: dict | None = None) -> list[int]:
+    """Prompt token ids: the chat template with the assistant turn opened.
+    ``chat_template_kwargs`` (``model.chat_template_kwargs``) go to the template, e.g.
+    ``{"enable_thinking": False}`` for Qwen3."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         **(chat_template_kwargs or {}))
+    # the template already holds any BOS token; adding special tokens again would double it
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (input_ids, attention_mask), padded on the left to the longest."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
+    return ids, mask
+
+
+class HFGenerator:
+    """Batched sampling with a transformers model (CPU or one GPU)."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None,
+                 chat_template_kwargs: dict | None = None):
+        self.model = model if device is None else model.to(device)
+        self.model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.device = next(self.model.parameters()).device
+        # stop at the tokenizer's EOS and at any the model's generation config adds
+        # (instruct models often end a turn with one token and the text with another)
+        eos = model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {e for e in [*eos, tokenizer.eos_token_id] if e is not None}
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+
+    def generate(
+        self,
+        prompts: list[list[dict]],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int = 0,
+        progress: bool = True,
+        desc: str = "generate",
+    ) -> list[list[Completion]]:
+        """``n`` completions for each prompt, in prompt order. ``temperature == 0``: greedy.
+
+        The same call with the same seed gives the same completions (the RNG is seeded once
+        and batches run in a fixed order); the caller's global RNG state is left untouched.
+        """
+        encoded = [encode_prompt(self.tokenizer, p, self.chat_template_kwargs) for p in prompts]
+        # longest prompts first: equal lengths share a batch, and memory peaks at the start
+        jobs = sorted(((i, j) for i in range(len(prompts)) for j in range(n)), key=lambda ij: (-len(encoded[ij[0]]), ij))
+        config = self._config(temperature, top_p, max_new_tokens)
+        out: list[list[Completion | None]] = [[None] * n for _ in prompts]
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+            for start in range(0, len(jobs), self.batch_size):
+                batch = jobs[start : start + self.batch_size]
+                ids, mask = left_pad([encoded[i] for i, _ in batch], self.pad_id)
+                generated = self.model.generate(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device), generation_config=config
+                )
+                for (i, j), row in zip(batch, generated[:, ids.shape[1] :].tolist()):
+                    out[i][j] = self._completion(row)
+                bar.update(len(batch))
+            bar.close()
+        return out  # type: ignore[return-value]
+
+    def context_length(self) -> int | None:
+        """Positions the model has (``max_position_embeddings``), None when it does not say."""
+        return context_length(self.model)
+
+    def check_prompts(self, ids: list, prompts: list, max_new_tokens: int, where: str | None = None) -> None:
+        """Refuse, before any generation, a prompt whose tokens plus ``max_new_tokens`` exceed
+        the model's context (a 1 MB prompt would otherwise try to allocate its attention)."""
+        check_fit(self.tokenizer, ids, prompts, max_new_tokens, self.context_length(), self.chat_template_kwargs,
+                  where, "max_new_tokens")
+
+    def _config(self, temperature: float, top_p: float, max_new_tokens: int) -> GenerationConfig:
+        """Every sampling knob set explicitly, so no model default (top_k 50, a repetition
+        penalty from a hub config) slips into the probe."""
+        sample = temperature > 0
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=sample,
+            temperature=temperature if sample else 1.0,
+            top_p=top_p if sample else 1.0,
+            top_k=0 if sample else None,  # 0: off (a None would take the model's default)
+            repetition_penalty=1.0,
+            num_beams=1,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.pad_id,
+        )
+
+    def _completion(self, tokens: list[int]) -> Completion:
+        """Cut at the first EOS; what follows it in the batch tensor is padding."""
+        for k, tok in enumerate(tokens):
+            if tok in self.eos_ids:
+                text = self.tokenizer.decode(tokens[:k], skip_special_tokens=True)
+                return Completion(text=text, num_tokens=k + 1, finished=True)
+        return Completion(text=self.tokenizer.decode(tokens, skip_special_tokens=True), num_tokens=len(tokens), finished=False)
+
+
+class PromptTooLong(ValueError):
+    """A dataset row whose prompt does not fit the model's context with the generation limit."""
+
+
+def context_length(model) -> int | None:
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_fit(tokenizer, ids: list, prompts: list, new_tokens: int, context: int | None,
+              chat_template_kwargs: dict | None = None, where: str | None = None, limit_name: str = "max_new_tokens") -> None:
+    """Every prompt's tokens plus ``new_tokens`` within ``context`` (skipped when it is None); a
+    prompt of more characters than the context has positions times 64 is refused untokenized."""
+    if context is None:
+        return
+    for row, (pid, prompt) in enumerate(zip(ids, prompts), 1):
+        chars = sum(len(str(m.get("content", ""))) for m in prompt) if not isinstance(prompt, str) else len(prompt)
+        n = chars if chars > 64 * context else len(encode_prompt(tokenizer, prompt, chat_template_kwargs))
+        if n + new_tokens > context:
+            unit = "characters" if chars > 64 * context else "tokens"
+            raise PromptTooLong(
+                f"{where + ': ' if where else ''}id {pid!r} (prompt {row} of the {len(ids)} to generate for): its "
+                f"prompt is {n} {unit}; with {limit_name} = "
+                f"{new_tokens} it needs more than the model's context of {context} positions; drop or shorten that "
+                f"row, or lower {limit_name}")
+
+
+class LazyGenerator:
+    """A generator built on its first ``generate`` call: work already cached on disk then
+    costs no model load (evaluating a checkpoint whose chunks are all written loads nothing)."""
+
+    def __init__(self, make):
+        self._make, self._generator = make, None
+
+    def generate(self, *args, **kwargs):
+        if self._generator is None:
+            self._generator = self._make()
+        return self._generator.generate(*args, **kwargs)
+
+    def check_prompts(self, *args, **kwargs):
+        if self._generator is None:
+            self._generator = self._make()
+        check = getattr(self._generator, "check_prompts", None)
+        return check(*args, **kwargs) if check is not None else None

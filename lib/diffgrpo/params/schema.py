@@ -1,0 +1,722 @@
+"""Run parameters: layered YAML validated into pydantic models.
+
+A run is fully described by YAML files in ``params/``, applied in order:
+
+1. ``params/defaults.yaml``: every parameter's value, with a comment on where it comes from
+   (the one place defaults live: the models below declare types and ranges, not values);
+2. the study file(s), e.g. ``params/embedded.yaml`` (``include: [other.yaml]`` layers more
+   files underneath it);
+3. overrides from the command line or a notebook's ``parameters`` cell, as a nested dict or
+   dotted keys (``{"train.max_steps": 20}``).
+
+Every layer is checked against the schema: an unknown or misspelled key, a value of the wrong
+type or out of range is a :class:`ParamsError` that names the file and the key (with a
+did-you-mean). ``plugins:`` names Python files or modules imported before validation, so the
+selection policies and rewards they register can be named by the arms (docs/extending.md).
+The effective value of every parameter is written beside each run's outputs (:func:`dump`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from diffgrpo import policies, rewards
+from diffgrpo.params.files import DEFAULTS_FILE, ParamsError, closest, expand, load_plugin, merge, overrides_mapping, params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, unknown_key, with_includes
+from diffgrpo.params.cluster import ClusterConfig
+from diffgrpo.params.cluster import check as check_cluster
+from diffgrpo.analysis.papers import PAPERS
+
+
+
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+NonNeg = Annotated[float, Field(ge=0.0)]
+Frac = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Section(BaseModel):
+    # strict: no "3" for an int, no 1.0 for a bool; floats must be finite (YAML's 3e-5 is read
+    # as a float by the loader below, not as the string YAML 1.1 makes of it)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# ---- schema (values: params/defaults.yaml) ----------------------------------------------------
+class ModelConfig(_Section):
+    name: str = Field(description="short id used in artifact paths; probes are keyed by it")
+    path: str = Field(description="'embedded' (the packaged default), a local folder or a hub id")
+    gguf_file: str | None
+    dtype: Literal["float32", "bfloat16", "float16"]
+    torch_threads: PosInt | None = Field(description="CPU threads for torch (null: torch's default)")
+    device: Literal["cpu", "cuda"] = Field(description="where the model runs in every stage")
+    chat_template_kwargs: dict[str, Any]
+
+
+class DatasetConfig(_Section):
+    task: str = Field(description="a name from diffgrpo.tasks.names()")
+    task_options: dict[str, Any]
+    source: str | None = Field(description="hub | offline | path to a local file | null (auto)")
+    train_split: str
+    test_split: str
+    pool_size: PosInt | None
+    test_size: PosInt | None
+
+
+class SamplingConfig(_Section):
+    temperature: Annotated[float, Field(ge=0.0, le=10.0)]
+    top_p: Frac
+    max_new_tokens: PosInt
+    batch_size: PosInt
+
+
+class ProbeConfig(_Section):
+    k: PosInt
+    sampling: SamplingConfig
+    one_sample: bool
+    seed: NonNegInt
+    test: bool
+
+
+class SelectConfig(_Section):
+    budget_frac: Frac | None
+    budget_count: PosInt | None
+    seed: NonNegInt
+    max_tier: int | None
+    tier_bins: list[float]
+
+
+class LoraParams(_Section):
+    r: PosInt
+    alpha: PosInt
+    dropout: Frac
+    target_modules: list[str]
+
+
+class DynamicSamplingParams(_Section):
+    enabled: bool
+    max_rounds: PosInt
+
+
+class LengthRewardParams(_Section):
+    weight: NonNeg
+    cache: PosInt
+
+
+class TrainConfig(_Section):
+    """diffgrpo's own training choices and the values the papers fix; ``trl`` passes any other
+    of TRL's ``GRPOConfig`` options through, checked against its fields."""
+
+    seeds: list[NonNegInt]
+    max_steps: PosInt | None = Field(description="a run's update steps; null: train.epochs decides them")
+    epochs: Annotated[float, Field(gt=0.0)] | None = Field(
+        description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step) x "
+                    "num_iterations); "
+                    "null: train.max_steps decides them")
+    prompts_per_step: PosInt
+    group_size: Annotated[int, Field(ge=2)]
+    learning_rate: NonNeg
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"]
+    warmup_ratio: Frac
+    weight_decay: NonNeg
+    max_grad_norm: NonNeg
+    beta: NonNeg
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+    scale_rewards: Literal["group", "batch", "none"]
+    epsilon: NonNeg
+    epsilon_high: NonNeg
+    num_iterations: PosInt
+    mask_truncated_completions: bool
+    max_prompt_length: PosInt | None
+    max_completion_length: PosInt
+    temperature: NonNeg
+    top_p: Frac
+    save_steps: PosInt
+    logging_steps: PosInt
+    report_to: Literal["tensorboard", "trackio", "wandb", "mlflow", "none"] = Field(
+        description="TRL's trackers (tensorboard: event files in runs/<run>/tensorboard/); not in a run's key")
+    lora: LoraParams
+    per_device_prompts: PosInt | None
+    num_processes: PosInt = Field(description="processes one training run spans (accelerate launch; one GPU each)")
+    bf16: bool
+    gradient_checkpointing: bool
+    merge_lora_for_generation: bool
+    use_vllm: bool
+    vllm_mode: Literal["colocate", "server"]
+    vllm_gpu_memory_utilization: Frac
+    vllm_tensor_parallel_size: PosInt
+    dynamic_sampling: DynamicSamplingParams
+    length_reward: LengthRewardParams
+    max_completions: PosInt | None
+    trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
+
+    def steps(self, n_selected: int | None) -> int:
+        """The update steps of a run that trains on ``n_selected`` prompts: ``max_steps``, or
+        ``epochs`` passes over them, ``ceil(epochs x ceil(n_selected / prompts_per_step) x
+        num_iterations)`` (one generated batch of ``prompts_per_step`` prompts feeds
+        ``num_iterations`` updates). TRL's sampler drops a pass's last partial batch and
+        reshuffles for the next, so with ``n_selected`` not a multiple of ``prompts_per_step``
+        the pass's last update takes the next pass's first batch. The one place a run's length
+        is decided; an arm's: :meth:`Config.run_steps`."""
+        if self.max_steps is not None:
+            return self.max_steps
+        if self.epochs is None:  # refused at load (_check_consistent); a hand-built config may still have it
+            raise ParamsError("train.max_steps and train.epochs are both null; set one")
+        if n_selected is None or n_selected < 1:
+            raise ParamsError(f"train.epochs = {self.epochs:g} counts passes over a run's selection, whose size is "
+                              f"{'not known here' if n_selected is None else n_selected}; run the select stage "
+                              "(02_select) first, or set train.max_steps")
+        per_epoch = math.ceil(n_selected / self.prompts_per_step) * self.num_iterations
+        return max(1, math.ceil(self.epochs * per_epoch - 1e-9))
+
+
+class LevelParams(_Section):
+    """One level of paper 002's EPRLI curriculum (docs/paper002.md); every key is required."""
+
+    name: str
+    p_hat: list[float] | None
+    tiers: list[int] | None
+    prompts: PosInt
+    steps: PosInt
+    max_completion_length: PosInt
+    epsilon: NonNeg
+    epsilon_high: NonNeg
+    group_size: Annotated[int, Field(ge=2)]
+    buffer_size: PosInt
+    dynamic_sampling: bool
+    length_reward_weight: NonNeg
+
+
+class EprliConfig(_Section):
+    levels: list[LevelParams]
+    seed: NonNegInt
+
+
+class GenerationBackendConfig(_Section):
+    backend: Literal["hf", "vllm"]
+    vllm_gpu_memory_utilization: Frac
+    vllm_tensor_parallel_size: PosInt
+    vllm_max_model_len: PosInt | None
+
+
+class EvalSetConfig(_Section):
+    """An evaluation set besides the training task's held-out ``test`` set; a null field takes
+    the study's value (``dataset.*``, ``dataset.test_split``, ``evaluate.*``)."""
+
+    name: str
+    description: str = ""
+    task: str | None = None
+    task_options: dict[str, Any] | None = None
+    source: str | None = None
+    split: str | None = None
+    size: PosInt | None = None
+    greedy: bool | None = None
+    n_samples: NonNegInt | None = None
+    pass_k: list[int] | None = None
+    max_new_tokens: PosInt | None = None
+
+
+class EvaluateConfig(_Section):
+    greedy: bool
+    n_samples: NonNegInt
+    pass_k: list[int]
+    sampling: SamplingConfig
+    checkpoints: Literal["all", "final"]
+    seed: NonNegInt
+    sets: list[EvalSetConfig]
+
+
+class AnalyzeConfig(_Section):
+    metric: Literal["greedy_acc", "pass@1"]
+    reports: list[str]
+    compare: list[str]
+    bootstrap: Annotated[int, Field(ge=100)]
+    seed: NonNegInt
+    test_bins: list[Frac]
+
+
+def budget_size(pool: int, frac: float | None, count: int | None) -> int:
+    """A budget's prompt count: ``count``, or ``floor(frac x pool)`` (the one formula; the select
+    stage checks that it fits, :func:`diffgrpo.select.budget`)."""
+    if count is None and frac is None:
+        raise ParamsError("select.budget_frac and select.budget_count are both null; set one")
+    return count if count is not None else math.floor(frac * pool)
+
+
+class ArmConfig(_Section):
+    """One arm: a selection policy (``select``, :mod:`diffgrpo.policies`) x a training treatment
+    (``reward``, :mod:`diffgrpo.rewards`; ``curriculum: levels``: paper 002's EPRLI levels in
+    order; ``train``: its own train.* settings). A null budget or max_tier is the study's."""
+
+    name: str
+    select: str
+    reward: str | dict[str, float] = rewards.VERIFIER
+    curriculum: Literal["none", "levels"] = "none"
+    budget_frac: Frac | None = None
+    budget_count: PosInt | None = None
+    max_tier: int | None = None
+    options: dict[str, Any] = {}
+    train: dict[str, Any] = {}
+
+    @property
+    def reward_weights(self) -> dict[str, float]:
+        return {self.reward: 1.0} if isinstance(self.reward, str) else dict(self.reward)
+
+    def selected_count(self, study: SelectConfig, pool: int) -> int | None:
+        """The prompts the arm's budget selects from a pool of ``pool`` (:func:`budget_size`);
+        None for a policy defined by a set (its size is known after 02_select)."""
+        if not policies.get(self.select).budgeted:
+            return None
+        return budget_size(pool, *self.budget(study))
+
+    def budget(self, study: SelectConfig) -> tuple[float | None, int | None]:
+        """(budget_frac, budget_count): the arm's own when it sets either, else the study's."""
+        if self.budget_frac is not None or self.budget_count is not None:
+            return self.budget_frac, self.budget_count
+        return study.budget_frac, study.budget_count
+
+    @property
+    def is_control(self) -> bool:
+        """Trains on something other than the verifier's reward alone (drawn apart in reports)."""
+        return self.reward_weights != {rewards.VERIFIER: 1.0}
+
+
+#: arms a bare name stands for; any other bare name is ``{name: <n>, select: <n>}``
+NAMED_ARMS: dict[str, dict[str, Any]] = {
+    "random_reward": {"select": "random", "reward": "bernoulli_control"},  # 003's control arm
+    "eprli": {"select": "levels", "curriculum": "levels"},  # 002: the levels in order
+    "eprli_grpo": {"select": "levels"},  # 002: the same prompts, one level with train.*
+    "eprli_dynamic": {"select": "levels", "train": {"dynamic_sampling": {"enabled": True}}},
+}
+
+#: training treatments any arm can take: a bare name ``<arm>_<treatment>`` is the arm (a named
+#: arm or a policy) with the treatment's train.* settings on top of its own, e.g. ``hard_dr_grpo``
+TREATMENTS: dict[str, dict[str, Any]] = {
+    # Dr. GRPO (Liu et al. 2025, arXiv:2503.20783; 003 appendix A.5 names it as a robustness
+    # check): no std scaling of the advantage (r - mean(r)) and the token losses summed and
+    # divided by a constant, not by each completion's length (TRL 1.16: loss_type dr_grpo divides
+    # by rows x max_completion_length; scale_rewards none skips the division by the group's std)
+    "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+}
+
+
+def bare_arm(name: str) -> dict[str, Any]:
+    """What a bare arm name stands for: a named arm (:data:`NAMED_ARMS`), an arm with a
+    treatment (``<arm>_<treatment>``, :data:`TREATMENTS`; a registered policy of that full name
+    comes first), else the policy of that name, ``{name: <n>, select: <n>}``."""
+    if name in NAMED_ARMS:
+        return {"name": name, **NAMED_ARMS[name]}
+    for treatment, settings in TREATMENTS.items():
+        base = name.removesuffix(f"_{treatment}")
+        if base and base != name and name not in policies.names():
+            arm = bare_arm(base)
+            return {**arm, "name": name, "train": {**arm.get("train", {}), **settings}}
+    return {"name": name, "select": name}
+
+
+class Config(_Section):
+    study: str
+    description: str
+    seed: NonNegInt
+    workers: PosInt = Field(description="training / evaluation runs at once, each in its own process")
+    gpu: str = Field(description="the GPU a cuda study is planned for (diffgrpo.study.plan.GPUS); --plan checks it fits")
+    plugins: list[str] = Field(description="Python files or modules registering policies and rewards")
+    model: ModelConfig
+    dataset: DatasetConfig
+    probe: ProbeConfig
+    arms: list[ArmConfig]
+    select: SelectConfig
+    generation: GenerationBackendConfig
+    train: TrainConfig
+    eprli: EprliConfig
+    evaluate: EvaluateConfig
+    analyze: AnalyzeConfig
+    cluster: ClusterConfig = Field(description="each notebook job's resources on Slurm (diffgrpo.params.cluster)")
+
+    @field_validator("arms", mode="before")
+    @classmethod
+    def _bare_arm_names(cls, value):
+        if not isinstance(value, list):
+            return value
+        return [bare_arm(v) if isinstance(v, str) else v for v in value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def replace(self, **overrides: Any) -> Config:
+        """A copy with dotted-key overrides applied and validated."""
+        return build(merge(self.to_dict(), expand(overrides, "overrides"), {}, "overrides", Config))
+
+    def arm(self, name: str) -> ArmConfig:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ParamsError(f"no arm {name!r} in study {self.study!r}; its arms: {[a.name for a in self.arms]}")
+
+    def for_arm(self, name: str) -> Config:
+        """The settings one arm's runs train with: ``train`` with the arm's own settings on top
+        (``self`` when it has none, so its run keys are the study's; else a copy whose only arm
+        is this one)."""
+        arm = self.arm(name)
+        if not arm.train:
+            return self
+        return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}])
+
+    def run_steps(self, arm: str, n_selected: int | None) -> int:
+        """The update steps of one run of ``arm`` whose selection holds ``n_selected`` prompts:
+        the arm's ``train.max_steps``, or its ``train.epochs`` passes over its own selection
+        (:meth:`TrainConfig.steps`), so an arm with a smaller set trains fewer steps an epoch.
+        Every reader of a run's length (training, the finished check, the plan) asks here."""
+        return self.for_arm(arm).train.steps(n_selected)
+
+    def eval_set_names(self) -> list[str]:
+        """``test`` (the training task's held-out set), then ``evaluate.sets`` in order."""
+        return [TEST_SET] + [s.name for s in self.evaluate.sets]
+
+    def for_eval_set(self, name: str) -> Config:
+        """The settings that score evaluation set ``name``: its dataset and evaluation keys in
+        place of the study's (``self`` for ``test``)."""
+        if name == TEST_SET:
+            return self
+        found = [s for s in self.evaluate.sets if s.name == name]
+        if not found:
+            raise ParamsError(f"no evaluation set {name!r} in study {self.study!r}; its sets: {self.eval_set_names()}")
+        s = found[0]
+        other_task = s.task not in (None, self.dataset.task)
+        options = {} if s.task_options is None and other_task else s.task_options  # not the training task's
+        changes: dict[str, Any] = {k: v for k, v in {
+            "dataset.task": s.task, "dataset.task_options": options, "dataset.source": s.source,
+            "dataset.test_split": s.split, "dataset.test_size": s.size, "evaluate.greedy": s.greedy,
+            "evaluate.n_samples": s.n_samples, "evaluate.pass_k": s.pass_k,
+            "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
+        if other_task and s.source is None:
+            changes["dataset.source"] = None  # nor the training data's file or hub choice
+        changes["evaluate.sets"] = []
+        return self.replace(**changes)
+
+
+#: the name of the held-out test set of the training task among the evaluation sets
+TEST_SET = "test"
+
+
+# ---- loading ---------------------------------------------------------------------------------
+def load(*files: str | Path, overrides: dict[str, Any] | None = None, defaults: bool = True) -> Config:
+    """Layer ``defaults.yaml``, then ``files`` in order, then ``overrides``; validate."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # dotted key -> file that set it
+    layers = [resolve(DEFAULTS_FILE)] if defaults else []
+    for f in files:
+        layers.extend(with_includes(resolve(f), seen=set()))
+    for path in layers:
+        merged = merge(merged, read_yaml(path), origin, str(path), Config)
+    overrides = overrides_mapping(overrides)
+    if overrides:
+        merged = merge(merged, expand(overrides, "overrides"), origin, "overrides", Config)
+    return build(merged, origin)
+
+
+def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
+    origin = origin or {}
+
+    def where(key: str) -> str:  # the file that set a key, or the list or section holding it
+        while key and key not in origin:
+            key = key.split("[")[0] if "[" in key else key.rpartition(".")[0]
+        return origin.get(key, "params")
+
+    if isinstance(data.get("cluster"), dict):
+        check_cluster(data["cluster"], where)  # its own messages: sbatch options, stages, time limits
+    if isinstance(data.get("plugins"), list):
+        data = {**data, "plugins": [load_plugin(p, origin.get("plugins", "params")) for p in data["plugins"]]}
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as err:
+        raise ParamsError(_explain(err, data, where)) from None
+    _check_consistent(cfg, where)
+    _check_trl_options(cfg.train.trl, where("train.trl"), "train.trl")
+    return cfg
+
+
+def _explain(err: ValidationError, data: dict, where) -> str:
+    """pydantic's errors as one line naming the file, the key and what to do: an unknown key
+    first (a typo also leaves its key missing), then a missing key, then the first other."""
+    errors = err.errors()
+    e = next((e for e in errors if e["type"] == "extra_forbidden"), None)
+    if e is not None:
+        key, parent = _dotted(e["loc"]), _dotted(e["loc"][:-1])
+        return unknown_key(where(key), f"{parent}." if parent else "", str(e["loc"][-1]),
+                           _model_at(e["loc"][:-1]).model_fields)
+    missing = [e for e in errors if e["type"] == "missing"]
+    if missing:
+        parent = _dotted(missing[0]["loc"][:-1])
+        keys = [str(m["loc"][-1]) for m in missing if _dotted(m["loc"][:-1]) == parent]
+        if "[" not in parent:
+            first = f"{parent}.{keys[0]}" if parent else keys[0]
+            return f"{DEFAULTS_FILE}: key `{first}` is not set by defaults.yaml or the study file"
+        return f"{where(parent)}: `{parent}` does not set {keys}"
+    e = errors[0]
+    key = _dotted(e["loc"])
+    value = e.get("input")
+    shown = "nan" if isinstance(value, float) and math.isnan(value) else repr(value)
+    if e["type"] in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        return f"{where(key)}: `{key}` = {shown} is out of range ({e['msg']})"
+    if e["type"] == "finite_number":
+        return f"{where(key)}: `{key}` = {shown}: expected a finite number"
+    return f"{where(key)}: `{key}` = {shown}: {e['msg']}"
+
+
+def _dotted(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "int", "float", "bool") or "[" in part:
+            continue  # a union's branch (reward: str | dict[str, float]), not a key
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_at(loc) -> type[BaseModel]:
+    cls: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        ann = cls.model_fields[part].annotation
+        inner = getattr(ann, "__args__", (ann,))
+        cls = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+    return cls
+
+
+def get(cfg: Config, dotted: str) -> Any:
+    """The value at a dotted key, e.g. ``get(cfg, "train.max_steps")``."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def dump(cfg: Config) -> str:
+    """The effective parameters as YAML (written beside each run's outputs)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+#: GRPOConfig options diffgrpo derives from its own keys (besides those of the same name in
+#: ``train``); every other option may be passed through ``train.trl``, its fixed choices too
+DERIVED_GRPO_OPTIONS = {
+    "num_generations": "train.group_size", "max_steps": "train.max_steps or train.epochs (or the level's steps)",
+    "num_train_epochs": "train.epochs (as steps: Config.run_steps)",
+    "per_device_train_batch_size": "train.prompts_per_step and train.per_device_prompts",
+    "gradient_accumulation_steps": "train.prompts_per_step and train.per_device_prompts",
+    "steps_per_generation": "train.prompts_per_step and train.per_device_prompts",
+    "lr_scheduler_type": "train.lr_scheduler", "warmup_steps": "train.warmup_ratio", "seed": "train.seeds",
+    "output_dir": "the run's folder (diffgrpo.store.layout)", "use_cpu": "model.device",
+    "chat_template_kwargs": "model.chat_template_kwargs", "activation_checkpointing": "train.gradient_checkpointing",
+}
+
+
+def _check_trl_options(options: dict[str, Any], where: str, key: str) -> None:
+    """``train.trl``: each a GRPOConfig field of the installed TRL, of its type, and not one
+    diffgrpo sets from its own keys (imports TRL only when there are options)."""
+    if not options:
+        return
+    import dataclasses
+    import typing
+
+    from pydantic import TypeAdapter
+    from trl import GRPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    for name, value in options.items():
+        owner = f"train.{name}" if name in TrainConfig.model_fields else DERIVED_GRPO_OPTIONS.get(name)
+        if owner:
+            raise ParamsError(f"{where}: `{key}.{name}` is set by diffgrpo from {owner}; set that instead")
+        if name not in fields:
+            hint = closest(name, set(fields))
+            raise ParamsError(f"{where}: `{key}.{name}` is not an option of TRL's GRPOConfig"
+                              + (f" (did you mean `{hint}`?)" if hint else ""))
+        try:
+            hint_type = typing.get_type_hints(GRPOConfig)[name]
+            TypeAdapter(hint_type).validate_python(value, strict=False)
+        except ValidationError as err:
+            raise ParamsError(f"{where}: `{key}.{name}` = {value!r}: {err.errors()[0]['msg']}") from None
+        except Exception:  # a type pydantic cannot check: GRPOConfig's own checks run when a run starts
+            pass
+
+
+# ---- checks across keys ------------------------------------------------------------------------
+#: a name that is safe as a folder and file name, and cannot be read as another run's id
+_NAME = re.compile(r"[A-Za-z0-9_.]+")
+#: the one rule for every value that becomes a part of a path under the outputs root
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: the keys whose values become path parts (arms, sets and levels are checked with their lists)
+PATH_KEYS = ("study", "model.name", "dataset.task", "dataset.train_split")
+
+
+def check_safe_name(value: Any, key: str) -> str | None:
+    """Why ``value`` cannot be a path part (None when it can): :data:`SAFE_NAME`."""
+    if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+        shown = value if not isinstance(value, str) or len(value) <= 60 else value[:60] + "..."
+        return (f"= {shown!r} cannot name a folder: `{key}` becomes a path part under the outputs root, so it "
+                "must be a letter or digit followed by letters, digits, `.`, `_` or `-`, at most 100 "
+                "characters (no `/`, no leading `.`, not empty)")
+    return None
+
+
+def _check_consistent(cfg: Config, where) -> None:
+    """Checks across keys, so a study fails here rather than inside a notebook stage."""
+
+    def fail(key: str, message: str) -> None:
+        raise ParamsError(f"{where(key)}: `{key}` {message}")
+
+    for key in PATH_KEYS:
+        why = check_safe_name(get(cfg, key), key)
+        if why:
+            fail(key, why)
+    for key in ("train.seeds", "evaluate.pass_k"):
+        values = get(cfg, key) or []
+        dup = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if dup:
+            fail(key, f"lists {dup} more than once; each run must have its own folder and one writer")
+    if cfg.select.budget_frac is None and cfg.select.budget_count is None:
+        fail("select.budget_frac", "and select.budget_count are both null; set one")
+    _check_budget_in_steps_or_epochs(cfg.train, fail)
+    bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
+    if bad:
+        fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
+    _check_arms(cfg, fail)
+    _check_eval_sets(cfg, fail)
+    _check_levels(cfg, fail)
+    if any(r not in PAPERS for r in cfg.analyze.reports) or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
+        fail("analyze.reports", f"= {cfg.analyze.reports}: each of {list(PAPERS)} at most once")
+    bins = cfg.analyze.test_bins
+    if len(bins) < 2 or bins[0] != 0.0 or bins[-1] != 1.0 or any(a >= b for a, b in zip(bins, bins[1:])):
+        fail("analyze.test_bins", f"= {bins}: p_hat edges from 0.0 to 1.0, increasing (e.g. [0.0, 0.3, 0.7, 1.0])")
+    if len(set(cfg.analyze.compare)) != len(cfg.analyze.compare):
+        fail("analyze.compare", f"= {cfg.analyze.compare} names a study more than once")
+    for entry in cfg.analyze.compare:
+        try:
+            resolve(entry)
+        except ParamsError as err:
+            fail("analyze.compare", f"names {entry!r}, which is not a params file: {err}")
+
+
+def _check_arms(cfg: Config, fail) -> None:
+    if not cfg.arms:
+        fail("arms", "is empty; a study trains at least one arm, e.g. `arms: [hard, easy, middle, random]`")
+    names = [a.name for a in cfg.arms]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        fail("arms", f"names {dup} more than once; each arm's runs must have their own folders")
+    for i, a in enumerate(cfg.arms):
+        where = f"arms[{i}] ({a.name or 'no name'})"
+        if not _NAME.fullmatch(a.name) or not SAFE_NAME.fullmatch(a.name) or a.name == "base":
+            fail("arms", f"{where}: name {a.name!r} must be a letter or digit, then letters, digits, `_` or `.`, "
+                         "at most 100 characters, and not `base` (it names the arm's folders; `-` separates the seed)")
+        if a.select not in policies.names():
+            fail("arms", f"{where}: unknown selection policy {a.select!r}; registered: {policies.names()}; named arms: "
+                         f"{list(NAMED_ARMS)}; treatments (`<arm>_<treatment>`): {list(TREATMENTS)}. Your own policy goes in a "
+                         "plugin file listed in `plugins:` "
+                         "(docs/extending.md)")
+        policy = policies.get(a.select)
+        unknown = [r for r in a.reward_weights if r not in rewards.names()]
+        if unknown:
+            fail("arms", f"{where}: unknown reward {unknown[0]!r}; registered: {rewards.names()}. Your own reward goes "
+                         "in a plugin file listed in `plugins:` (docs/extending.md)")
+        if (a.budget_frac is not None or a.budget_count is not None) and not policy.budgeted:
+            fail("arms", f"{where}: policy {a.select!r} is defined by a set, not a size; drop budget_frac/budget_count")
+        if a.max_tier is not None and not policy.accepts("max_tier"):
+            fail("arms", f"{where}: max_tier applies to a policy that reads it (tiers), not {a.select!r}")
+        bad = [o for o in a.options if not policy.accepts(o)]
+        if bad:
+            fail("arms", f"{where}: policy {a.select!r} takes no option {bad[0]!r}")
+        if a.curriculum == "levels" and a.select != "levels":
+            fail("arms", f"{where}: curriculum `levels` trains on the levels' prompts; set `select: levels`")
+        if "seeds" in a.train:
+            fail("arms", f"{where}: train.seeds is the study's (train.seeds), not an arm's")
+        try:
+            arm_cfg = cfg.for_arm(a.name)
+        except ParamsError as err:
+            fail("arms", f"{where}: its train settings do not validate: {err}")
+        if policy.budgeted and cfg.dataset.pool_size is not None:
+            _check_budget(cfg, a, arm_cfg.train.prompts_per_step, where, fail)
+
+
+def _check_budget_in_steps_or_epochs(t: TrainConfig, fail) -> None:
+    """Exactly one of train.max_steps and train.epochs decides a run's steps."""
+    if t.max_steps is not None and t.epochs is not None:
+        fail("train.epochs", f"= {t.epochs:g} and train.max_steps = {t.max_steps} are both set; exactly one decides a "
+                             "run's steps: set `max_steps: null` to train in epochs, or `epochs: null` to train in steps")
+    if t.max_steps is None and t.epochs is None:
+        fail("train.max_steps", "and train.epochs are both null; set one (a number of update steps, or of passes "
+                                "over each arm's selection)")
+
+
+def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:
+    """A budget that selects no prompt or more than the pool, named with the key that sets it."""
+    own = a.budget_frac is not None or a.budget_count is not None
+    frac, count = a.budget(cfg.select)
+    key = "arms" if own else ("select.budget_count" if count is not None else "select.budget_frac")
+    what = f"{where}: " if own else f"(arm {a.name}) "
+    pool = cfg.dataset.pool_size
+    n = budget_size(pool, frac, count)
+    setting = f"budget_count = {count}" if count is not None else f"budget_frac = {frac} of dataset.pool_size = {pool}"
+    if n < 1:
+        fail(key, f"{what}{setting} selects {n} prompts; raise it to at least {math.ceil(max(per_step, 1) / pool * 1e4) / 1e4} "
+                  f"(train.prompts_per_step = {per_step} prompts)" if count is None else f"{what}{setting} selects no prompt")
+    if n > pool:
+        fail(key, f"{what}{setting} selects {n} prompts, more than the pool of dataset.pool_size = {pool}")
+
+
+def _check_eval_sets(cfg: Config, fail) -> None:
+    from diffgrpo.tasks import names as task_names
+
+    names = cfg.eval_set_names()
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        fail("evaluate.sets", f"names {dup} more than once (`{TEST_SET}` is the training task's held-out set)")
+    for i, s in enumerate(cfg.evaluate.sets):
+        where = f"evaluate.sets[{i}] ({s.name or 'no name'})"
+        if not _NAME.fullmatch(s.name) or not SAFE_NAME.fullmatch(s.name):
+            fail("evaluate.sets", f"{where}: name {s.name!r} must be a letter or digit, then letters, digits, `_` "
+                                  "or `.`, at most 100 characters (it names folders)")
+        if s.task is not None and s.task not in task_names():
+            fail("evaluate.sets", f"{where}: unknown task {s.task!r}; known tasks: {task_names()}")
+        try:
+            cfg.for_eval_set(s.name)
+        except ParamsError as err:
+            fail("evaluate.sets", f"{where}: its settings do not validate: {err}")
+
+
+def _check_levels(cfg: Config, fail) -> None:
+    """The EPRLI levels (paper 002): required by the arms that select them, one data band each."""
+    levels = cfg.eprli.levels
+    users = [a.name for a in cfg.arms if a.select == "levels"]
+    if users and not levels:
+        fail("eprli.levels", f"is empty, and arms {users} select the levels' prompts; declare the levels")
+    if not levels:
+        return
+    names = [lv.name for lv in levels]
+    if len(set(names)) != len(names) or not all(names):
+        fail("eprli.levels", f"names {names}: each level needs its own non-empty name")
+    for i, lv in enumerate(levels):
+        why = check_safe_name(lv.name, f"eprli.levels[{i}].name")
+        if why:
+            fail("eprli.levels", why)
+        key = f"eprli.levels[{i}]"
+        if (lv.p_hat is None) == (lv.tiers is None):
+            fail(key, "sets both or neither of p_hat and tiers; its data is one of them")
+        if lv.p_hat is not None and not (len(lv.p_hat) == 2 and 0.0 <= lv.p_hat[0] <= lv.p_hat[1] <= 1.0):
+            fail(f"{key}.p_hat", f"= {lv.p_hat}: a band [lo, hi] with 0 <= lo <= hi <= 1")
+        if lv.tiers is not None and not lv.tiers:
+            fail(f"{key}.tiers", "is empty")
+    total = sum(lv.steps for lv in levels)
+    if cfg.train.max_steps is None:
+        fail("eprli.levels", f"set their own steps (they add up to {total}); train.max_steps must be that sum, not "
+                             f"train.epochs = {cfg.train.epochs:g}: set `train.max_steps: {total}` and `train.epochs: null`")
+    if total != cfg.train.max_steps:
+        fail("eprli.levels", f"steps add up to {total}, not train.max_steps = {cfg.train.max_steps}; a run's steps "
+                             "are its levels' steps")

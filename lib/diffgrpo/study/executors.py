@@ -1,0 +1,239 @@
+"""Run a study's notebook executions: each a job with the jobs it waits for.
+
+A study is a small graph of papermill executions (:func:`diffgrpo.study.jobs`): the probe,
+the selection, one ``03_train`` per (arm, seed), the base model's ``04_evaluate``, one
+``04_evaluate`` per (arm, seed) once that run has trained, and the analysis at the end. An
+:class:`Executor` runs such a list; it is the one interface between the study and where the
+notebooks execute. :class:`LocalExecutor` runs ``workers`` of them at a time on this machine,
+each in its own process (``python -m diffgrpo.study.notebooks``, the command :meth:`NotebookJob.argv`
+gives), so a job can be stopped, and dies with the study, ``kill -9`` included (the job
+process asks Linux for ``PR_SET_PDEATHSIG``; its Jupyter kernel follows it through its parent
+poller). A cluster executor would submit the same commands to its queue, in an order that
+respects ``after``; nothing in the stages changes.
+
+Among the jobs ready to start, an earlier stage goes first (the probe before any training,
+every training before any evaluation), then within a stage the highest
+:attr:`NotebookJob.priority`, then the list's order. The study gives each training its expected cost, so the
+longest runs start first and the short ones (and the evaluations) fill the cores at the end,
+instead of one long run training alone while the other core idles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
+
+
+@dataclass(frozen=True)
+class NotebookJob:
+    """One papermill execution of a stage notebook into ``out_path``, after the jobs named in ``after``."""
+
+    name: str
+    stage: str
+    out_path: Path
+    parameters: dict = field(hash=False)
+    after: tuple[str, ...] = ()
+    #: a number read when the job is ready to start (its inputs exist by then): higher starts first
+    priority: Callable[[], float] | None = field(default=None, hash=False, compare=False, repr=False)
+    #: GPUs the job takes when it is of a stage that runs the model (:data:`GPU_STAGES`): a
+    #: training run that spans several (``train.num_processes``) takes as many
+    gpus: int = 1
+
+    def rank(self) -> float:
+        return self.priority() if self.priority is not None else 0.0
+
+    def argv(self, kernel: str | None) -> list[str]:
+        """The command that runs this job alone (what a cluster executor would submit)."""
+        cmd = [sys.executable, "-m", "diffgrpo.study.notebooks", self.stage, str(self.out_path),
+               "--parameters", json.dumps(self.parameters)]
+        return cmd + (["--kernel", kernel] if kernel else [])
+
+    @property
+    def log_path(self) -> Path:
+        return self.out_path.with_suffix(".log")
+
+
+class Executor(Protocol):
+    def run(self, jobs: Sequence[NotebookJob],
+            on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
+        """Run every job once all of its ``after`` jobs have succeeded; return seconds per job
+        (``on_done(name, seconds, cpu_seconds)`` is called as each one succeeds, when given;
+        ``cpu_seconds`` is None where the executor cannot count them).
+        A failed job raises :class:`StageFailed` naming it (after the jobs already running end);
+        jobs that depend on it do not start."""
+        ...
+
+
+def check_graph(jobs: Sequence[NotebookJob]) -> None:
+    """Unique names, known dependencies, no cycle."""
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate job names: {sorted({n for n in names if names.count(n) > 1})}")
+    known = set(names)
+    for j in jobs:
+        missing = [a for a in j.after if a not in known]
+        if missing:
+            raise ValueError(f"job {j.name!r} waits for unknown job(s) {missing}")
+    done: set[str] = set()
+    pending = list(jobs)
+    while pending:
+        ready = [j for j in pending if set(j.after) <= done]
+        if not ready:
+            raise ValueError(f"jobs wait for each other in a cycle: {[j.name for j in pending]}")
+        done |= {j.name for j in ready}
+        pending = [j for j in pending if j.name not in done]
+
+
+@dataclass
+class LocalExecutor:
+    """``workers`` notebook executions at a time on this machine: of the jobs ready to start,
+    the earliest stage first, then the highest :meth:`NotebookJob.rank`, then the list's order. Each job writes its
+    output beside its notebook (``<name>.log``).
+
+    ``gpus``: the GPU ids this machine lends to the study (on a node with several GPUs). A job
+    of a stage that runs the model (:data:`GPU_STAGES`) then starts only when its
+    :attr:`NotebookJob.gpus` of them are free and sees only those (``CUDA_VISIBLE_DEVICES``), so
+    ``workers`` jobs run at once each on its own GPU(s) rather than all on ``cuda:0``; the others
+    see none."""
+
+    workers: int = 1
+    kernel: str | None = None
+    progress: bool = True
+    poll_s: float = 0.2
+    gpus: tuple[str, ...] = ()
+
+    def run(self, jobs: Sequence[NotebookJob],
+            on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
+        """:meth:`Executor.run`; a job's CPU seconds (user + system) include its kernel's."""
+        check_graph(jobs)
+        pending = list(jobs)
+        running: dict[str, tuple[subprocess.Popen, float, object]] = {}
+        done: set[str] = set()
+        seconds: dict[str, float] = {}
+        failed: list[tuple[NotebookJob, str]] = []
+        by_name = {j.name: j for j in jobs}
+        bar = tqdm(total=len(jobs), desc=f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
+        shown = ""  # the running jobs the bar names, redrawn only when they change
+        parent = os.getpid()
+        greedy = [j for j in jobs if self.gpus and j.stage in GPU_STAGES and j.gpus > len(self.gpus)]
+        if greedy:
+            raise ValueError(f"job {greedy[0].name!r} needs {greedy[0].gpus} GPU(s), but only {list(self.gpus)} are lent "
+                             "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
+        free = list(self.gpus)
+        held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
+        try:
+            while pending or running:
+                while not failed and len(running) < self.workers:
+                    candidates = [j for j in pending if set(j.after) <= done
+                                  and (not self.gpus or j.stage not in GPU_STAGES or len(free) >= j.gpus)]
+                    if not candidates:
+                        break
+                    ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
+                    pending.remove(ready)
+                    ready.out_path.parent.mkdir(parents=True, exist_ok=True)
+                    env = {**os.environ, DIE_WITH_ENV: str(parent)}
+                    if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
+                        held[ready.name] = [free.pop(0) for _ in range(ready.gpus)] \
+                            if ready.stage in GPU_STAGES else []
+                        env[VISIBLE_GPUS_ENV] = ",".join(held[ready.name])
+                    log = open(ready.log_path, "w")
+                    proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT, env=env)
+                    running[ready.name] = (proc, time.perf_counter(), log)
+                if not running:
+                    break  # a job failed: nothing more starts
+                time.sleep(self.poll_s)
+                for name, (proc, t0, log) in list(running.items()):
+                    cpu = _reap(proc)
+                    if cpu is None:
+                        continue
+                    log.close()
+                    del running[name]
+                    free.extend(held.pop(name, []))
+                    if proc.returncode == 0:
+                        done.add(name)
+                        seconds[name] = round(time.perf_counter() - t0, 1)
+                        bar.update()
+                        if on_done is not None:
+                            on_done(name, seconds[name], round(cpu, 1))
+                    else:
+                        failed.append((by_name[name], _error_of(by_name[name])))
+                if ", ".join(running) != shown:
+                    shown = ", ".join(running)
+                    bar.set_postfix_str(shown)
+        except BaseException:
+            _stop([p for p, _, _ in running.values()])
+            raise
+        finally:
+            bar.close()
+        if failed:
+            job, why = failed[0]
+            skipped = [j.name for j in pending]
+            more = f"; not started: {len(skipped)} job(s)" if skipped else ""
+            raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
+        return seconds
+
+
+#: the stages that load the model (the select and analyze stages never do)
+GPU_STAGES = ("01_probe", "03_train", "04_evaluate")
+VISIBLE_GPUS_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU
+    torch sees (none on a CPU machine)."""
+    listed = os.environ.get(VISIBLE_GPUS_ENV)
+    if listed is not None:
+        return tuple(g.strip() for g in listed.split(",") if g.strip())
+    import torch  # only for a cuda study: the runner does not load torch otherwise
+
+    return tuple(str(i) for i in range(torch.cuda.device_count()))
+
+
+def _stage_order(stage: str) -> int:
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
+def _reap(proc: subprocess.Popen) -> float | None:
+    """None while ``proc`` runs; once it has ended, its CPU seconds (user + system, with those of
+    the children it waited for: the notebook's kernel), and ``proc.returncode`` is set."""
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _error_of(job: NotebookJob) -> str:
+    """The error the job printed last (``error: <stage>: ...``, see :func:`notebooks.main`)."""
+    text = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+    i = text.rfind("error: ")
+    if i < 0:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "failed with no output"
+    why = text[i + len("error: "):].strip()
+    return why[len(job.stage) + 2:] if why.startswith(f"{job.stage}: ") else why
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """Interrupt running jobs (their notebooks are kept as ``.failed.ipynb``), then kill what remains."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.time() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()

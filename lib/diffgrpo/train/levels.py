@@ -1,0 +1,84 @@
+"""Paper 002's EPRLI levels (docs/paper002.md): what each trainer of a run trains. A run is one
+level from ``train.*``, or, for an arm with ``curriculum: levels``, the levels of
+``eprli.levels`` one after the other, the LoRA adapter carrying over (``levels/<i>-<name>/``;
+their adapters renumbered by the run's step into the run's ``checkpoints/``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+from diffgrpo.models import devices
+from diffgrpo.store import layout
+from diffgrpo.params import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """What one trainer trains: the whole run, or one level of an EPRLI run (paper 002).
+    ``name`` None: a one-level run (today's layout); ``dynamic_rounds`` None: every group
+    enters the update; ``max_completions``: the level's budget of generated completions."""
+
+    name: str | None
+    steps: int
+    prompts_per_step: int
+    group_size: int
+    max_completion_length: int
+    epsilon: float
+    epsilon_high: float
+    dynamic_rounds: int | None
+    length_weight: float
+    max_completions: int | None
+
+    def key(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = None) -> list[Level]:
+    """The run's levels: ``eprli.levels`` for an arm with ``curriculum: levels`` (each level's
+    completion budget is its share of steps times ``train.max_completions``), else one level
+    from ``train.*`` (``cfg``: the arm's, :meth:`Config.for_arm`), its steps
+    :meth:`~diffgrpo.params.TrainConfig.steps` of the run's ``n_selected`` prompts (needed with
+    ``train.epochs``)."""
+    t = cfg.train
+    rounds = t.dynamic_sampling.max_rounds
+    if arm is not None and cfg.arm(arm).curriculum == "levels":
+        return [Level(lv.name, lv.steps, lv.buffer_size, lv.group_size, lv.max_completion_length, lv.epsilon,
+                      lv.epsilon_high, rounds if lv.dynamic_sampling else None, lv.length_reward_weight,
+                      None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))
+                for lv in cfg.eprli.levels]
+    dynamic = t.dynamic_sampling.enabled
+    return [Level(None, t.steps(n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
+                  t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
+
+
+def check_levels_fit(levels: list[Level], cfg: Config, n_processes: int) -> None:
+    """What dynamic sampling cannot do: with several passes per update (gradient accumulation,
+    or several processes) a part-filled update is padded with masked rows, which weighs its
+    groups as one pass over them would for the "grpo", "dr_grpo" and "dapo" losses
+    (diffgrpo.train.trainer.loss_scale), not for "bnpo", which normalises each pass by its own
+    tokens."""
+    for lv in levels:
+        if lv.dynamic_rounds is None or cfg.train.loss_type != "bnpo":
+            continue
+        b = devices.batching(lv.prompts_per_step, lv.group_size, n_processes, cfg.train.per_device_prompts)
+        if n_processes > 1 or b.gradient_accumulation_steps > 1:
+            raise ValueError(f"dynamic sampling with train.loss_type 'bnpo' needs one process and one pass per update "
+                             f"(here {n_processes} process(es), {b.gradient_accumulation_steps} passes): bnpo "
+                             "normalises each pass by its own tokens, so an update that dynamic sampling leaves "
+                             "part-filled cannot weigh its groups as one pass does. Use loss_type dapo or grpo, or "
+                             "set train.per_device_prompts to null and launch one process")
+
+
+def copy_adapters(level_ckpts: Path, ckpt_dir: Path, offset: int) -> None:
+    """A level's adapters, renumbered by the run's step, into the run's checkpoints/ (what the
+    evaluate stage scores); the trainer state stays in the level's folder."""
+    for step, path in layout.list_checkpoints(level_ckpts).items():
+        target = layout.checkpoint(ckpt_dir, offset + step)
+        if target.exists():
+            continue
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(path, tmp, ignore=shutil.ignore_patterns(layout.OPTIMIZER_FILE, "scheduler.pt", "rng_state.pth"))
+        tmp.rename(target)
