@@ -20,11 +20,25 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that ``name`` imports, anywhere in its source."""
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """Ids of the import nodes under ``if TYPE_CHECKING:`` (annotations only: never run)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def imports(name: str, path: Path, known: set[str], runtime_only: bool = False) -> set[str]:
+    """The package's modules that ``name`` imports, anywhere in its source (``runtime_only``:
+    leaving out the imports under ``if TYPE_CHECKING:``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -104,3 +118,57 @@ def test_the_stage_modules_do_not_import_the_trainer():
 
     for stage in ("diffgrpo.probe", "diffgrpo.select", "diffgrpo.evaluate", "diffgrpo.analysis.report", "diffgrpo.params"):
         assert not {m for m in reach(stage) if m.startswith("diffgrpo.train")}, stage
+
+
+#: The layers of the package, lowest first (docs/architecture.md): a module imports only from its
+#: own layer or a lower one, never back up. The longest matching prefix places a module.
+LAYERS = [
+    ("foundation", ["diffgrpo.registry", "diffgrpo.store.artifacts"]),
+    ("extension points", ["diffgrpo.tasks", "diffgrpo.policies", "diffgrpo.rewards"]),
+    ("config", ["diffgrpo.params"]),
+    ("models", ["diffgrpo.models"]),
+    ("store", ["diffgrpo.store"]),
+    ("statistics", ["diffgrpo.analysis.tables", "diffgrpo.analysis.uncertainty", "diffgrpo.analysis.learnability",
+                    "diffgrpo.analysis.calibration"]),
+    ("stages", ["diffgrpo.probe", "diffgrpo.select", "diffgrpo.train", "diffgrpo.evaluate"]),
+    ("report", ["diffgrpo.analysis"]),
+    ("runner", ["diffgrpo.study"]),
+]
+
+
+def layer_of(module: str) -> int:
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+                if module == p or module.startswith(p + ".")), default=None)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return best[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+                  for m, targets in graph.items() for t in targets if layer_of(t) > layer_of(m))
+
+
+def test_no_import_runs_back_up_a_layer():
+    mods = modules()
+    graph = {n: imports(n, p, set(mods), runtime_only=True) for n, p in mods.items() if n != "diffgrpo"}
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert upward_imports({"diffgrpo.params.schema": {"diffgrpo.analysis.papers"}}) == [
+        "diffgrpo.params.schema (config) imports diffgrpo.analysis.papers (report)"]
+    assert upward_imports({"diffgrpo.study.plan": {"diffgrpo.params"}}) == []
+
+
+def test_the_top_level_holds_the_extension_points_and_a_handful_of_packages():
+    top = sorted(p.name for p in PACKAGE.iterdir() if (p.suffix == ".py" or (p / "__init__.py").exists()))
+    assert [t for t in top if t.endswith(".py")] == ["__init__.py", "evaluate.py", "policies.py", "probe.py",
+                                                     "registry.py", "rewards.py", "select.py"]
+    assert len([t for t in top if not t.endswith(".py")]) <= 8
+
+
+def test_no_function_in_the_library_is_over_80_lines():
+    long = [f"{p.relative_to(PACKAGE)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p in PACKAGE.rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
+    assert long == []
