@@ -57,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["DIFFGRPO_OUTPUTS"] = tempfile.mkdtemp(prefix="diffgrpo-bench-throughput-")
 
-    from diffgrpo.models import resolve
+    from diffgrpo.tasks import splits
     from diffgrpo import evaluate, params, probe
     from diffgrpo.store import layout
 
@@ -66,10 +66,10 @@ def main() -> None:
     torch.set_num_threads(cfg.model.torch_threads or torch.get_num_threads())
     p, ev = cfg.probe, cfg.evaluate
     stages = {
-        "probe": (lambda: probe.run_probe(cfg, progress=False), resolve.load_pool(cfg),
+        "probe": (lambda: probe.run_probe(cfg, progress=False), splits.load_pool(cfg),
                   lambda: probe.read_samples(cfg)["num_tokens"].sum(),
                   [(p.k, p.sampling.temperature, p.sampling.top_p, p.sampling.max_new_tokens, p.sampling.batch_size)]),
-        "evaluate": (lambda: evaluate.evaluate_base(cfg, progress=False), resolve.load_test(cfg),
+        "evaluate": (lambda: evaluate.evaluate_base(cfg, progress=False), splits.load_test(cfg),
                      lambda: pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "samples.parquet")["num_tokens"].sum(),
                      ([(1, 0.0, 1.0, ev.sampling.max_new_tokens, ev.sampling.batch_size)] if ev.greedy else [])
                      + [(ev.n_samples, ev.sampling.temperature, ev.sampling.top_p, ev.sampling.max_new_tokens,

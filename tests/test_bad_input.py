@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from diffgrpo.tasks import splits
 from diffgrpo.models import resolve as data
 from diffgrpo import params, study, tasks
 from diffgrpo.params import ParamsError
@@ -114,7 +115,7 @@ def test_one_local_file_as_both_splits_is_refused_rather_than_overlapping():
     cfg = params.load("smoke", overrides={"dataset.task": "math", "dataset.source": str(DATA / "math_hub_schema.jsonl"),
                                           "dataset.train_split": "train", "dataset.test_split": "test"})
     with pytest.raises(ValueError, match="share 40 prompt.*set dataset.train_split equal to dataset.test_split"):
-        data.load_test(cfg)
+        splits.load_test(cfg)
 
 
 # ---- relative paths mean the folder the command ran in -------------------------------------

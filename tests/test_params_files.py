@@ -11,7 +11,8 @@ import yaml
 from peft import LoraConfig
 from trl import GRPOConfig
 
-from diffgrpo.models import resolve as data, devices
+from diffgrpo.tasks import splits
+from diffgrpo.models import devices
 from diffgrpo import params, policies, select, tasks, train
 from diffgrpo.params import files as params_files
 from diffgrpo.study import plan
@@ -34,7 +35,7 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
     if cfg.model.device == "cuda":
         # TrainingArguments refuses bf16 without a GPU; what is checked here is our arguments
         monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
-    task = data.task_of(cfg)  # the task and its options
+    task = splits.task_of(cfg)  # the task and its options
     assert cfg.arms and cfg.train.seeds
     for arm in cfg.arms:
         acfg = cfg.for_arm(arm.name)
@@ -60,7 +61,7 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
         assert isinstance(lora, LoraConfig) and lora.r == acfg.train.lora.r
     for eval_set in cfg.eval_set_names():
         scfg = cfg.for_eval_set(eval_set)
-        stask = data.task_of(scfg)
+        stask = splits.task_of(scfg)
         assert scfg.dataset.test_split in stask.splits, f"{name}: set {eval_set} reads split {scfg.dataset.test_split!r}"
         assert all(1 <= k <= scfg.evaluate.n_samples for k in scfg.evaluate.pass_k)
         assert scfg.model == cfg.model and scfg.train == cfg.train  # the same model and runs, other rows

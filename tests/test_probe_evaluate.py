@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from diffgrpo.tasks import splits
 from diffgrpo import evaluate, params, probe
 from diffgrpo.store import layout
 from diffgrpo.models import resumable_sampling as sampling
@@ -70,9 +71,8 @@ def _patch_generator(monkeypatch, module, gen):
 
 
 def test_probe_resumes_where_it_stopped(cfg, monkeypatch):
-    from diffgrpo.models import resolve as data
 
-    rows = data.load_pool(cfg)
+    rows = splits.load_pool(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
     monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
     # chunks of 16 prompts: the K-sample pass has 3 chunks; fail during the second
@@ -116,9 +116,8 @@ def test_per_prompt_refuses_a_short_probe():
 
 
 def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeypatch):
-    from diffgrpo.models import resolve as data
 
-    rows = data.load_test(cfg)
+    rows = splits.load_test(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
     monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
     _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))
@@ -145,12 +144,11 @@ def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeyp
 def test_an_evaluation_set_is_scored_on_its_own_rows_with_its_own_settings(cfg, monkeypatch):
     """An OOD set (more swaps than training saw) scores the base model on its own rows, in
     eval-<set>/, with its own pass@k; the held-out test set's files stay where they were."""
-    from diffgrpo.models import resolve as data
 
     cfg = cfg.replace(**{"evaluate.sets": [{"name": "ood", "task_options": {"people": [3, 5], "swaps": [9, 10]},
                                             "size": 6, "n_samples": 2, "pass_k": [1, 2]}]})
     ood = cfg.for_eval_set("ood")
-    rows = pd.concat([data.load_test(cfg), data.load_test(ood)], ignore_index=True)
+    rows = pd.concat([splits.load_test(cfg), splits.load_test(ood)], ignore_index=True)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
     monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
     _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from diffgrpo.tasks import splits
 from diffgrpo.analysis import report
 from diffgrpo.store import artifacts, layout
-from diffgrpo.models import resolve as data
 from diffgrpo import evaluate, params, probe, select, study, tasks, train
 from diffgrpo.store.artifacts import ArtifactError, OutputsError
 from diffgrpo.models.generation import PromptTooLong
@@ -201,7 +201,7 @@ def test_an_over_long_prompt_is_named_before_any_generation(size, tmp_path, monk
     path = _gsm_file(tmp_path / "gsm.jsonl")
     cfg = params.load("smoke", overrides={"dataset.task": "gsm8k", "dataset.source": str(path),
                                           "dataset.train_split": "test"})
-    pid = data.load_pool(cfg)["id"].iloc[2]  # a row the pool holds: the third prompt the probe generates for
+    pid = splits.load_pool(cfg)["id"].iloc[2]  # a row the pool holds: the third prompt the probe generates for
     _gsm_file(path, **{f"question_{int(pid.rsplit('/', 1)[1])}": "x" * 1_000_000 if size == "1 MB" else "word " * 5000})
     t0 = time.perf_counter()
     with pytest.raises(PromptTooLong, match=rf"{path}: id '{pid}' \(prompt 3 of the 16 to generate for\): its prompt is "

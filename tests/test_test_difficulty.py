@@ -13,8 +13,8 @@ import pytest
 
 matplotlib.use("Agg")
 
+from diffgrpo.tasks import splits
 from diffgrpo.analysis import report as analyze, by_test_difficulty
-from diffgrpo.models import resolve
 from diffgrpo.store import layout
 from diffgrpo import params, policies, probe  # noqa: E402
 from diffgrpo.params import ParamsError  # noqa: E402
@@ -131,7 +131,7 @@ def test_the_real_probe_of_the_test_set_is_keyed_apart_from_the_pool_s(tmp_path,
 
     probe.run_probe(cfg, progress=False)
     test = probe.read_test_prompts(cfg)
-    assert list(test["id"]) == list(resolve.load_test(cfg)["id"]) and (test["k"] == 2).all()
+    assert list(test["id"]) == list(splits.load_test(cfg)["id"]) and (test["k"] == 2).all()
     assert set(test["p_hat"]) <= {0.0, 0.5, 1.0}
     assert "base_correct" not in test  # the one-sample probe is the pool's only
     assert len(probe.read_prompts(cfg)) == 16

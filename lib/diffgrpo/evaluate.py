@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout, run_folder as runs
-from diffgrpo.models import resolve
 from diffgrpo import select
 from diffgrpo.models.generation import LazyGenerator
 from diffgrpo.params import TEST_SET, Config
@@ -80,7 +80,7 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
 
     # loaded only if some chunk is missing
     gen = LazyGenerator(lambda: load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
-    task = resolve.task_of(cfg)
+    task = splits.task_of(cfg)
     key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []
     if ev.greedy:
@@ -113,7 +113,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
     """Evaluate the given checkpoints (step -> adapter folder, None = base) on ``eval_set``
     (``cfg`` is that set's, :meth:`Config.for_eval_set`); write the run's files."""
     out_dir = layout.eval_dir(cfg, rid, eval_set)
-    rows = resolve.load_test(cfg)
+    rows = splits.load_test(cfg)
     ks = sorted(set(cfg.evaluate.pass_k))  # each 1 <= k <= n_samples: checked with the params
     run_key = layout.eval_key(cfg)
     all_samples, summaries, tiers = [], [], []

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout
-from diffgrpo.models import resolve
 from diffgrpo import params
 from diffgrpo.params import Config
 from diffgrpo.models.resumable_sampling import load_generator, sample_and_score
@@ -80,9 +80,9 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
         log.warning("%s: %s damaged since the probe finished; rebuilding from its chunks", out_dir, bad)
         manifest.unlink()
     key = layout.probe_key(cfg, role)
-    rows = resolve.load_pool(cfg) if role == "pool" else resolve.load_test(cfg)
+    rows = splits.load_pool(cfg) if role == "pool" else splits.load_test(cfg)
     one_sample = cfg.probe.one_sample and role == "pool"
-    task = resolve.task_of(cfg)
+    task = splits.task_of(cfg)
     gen = generator()
     s = cfg.probe.sampling
     samples = sample_and_score(

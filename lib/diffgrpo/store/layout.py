@@ -26,7 +26,8 @@ from typing import Any
 
 from diffgrpo.store import artifacts
 from diffgrpo.store.artifacts import outputs_root
-from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint, task_of
+from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint
+from diffgrpo.tasks.splits import task_of
 from diffgrpo.params import TEST_SET, Config
 
 BASE_RUN = "base"
@@ -57,7 +58,7 @@ def model_identity(cfg: Config) -> dict[str, Any]:
 def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
     """What decides the rows of the pool (``role`` "pool") or of the held-out set ("test"):
     the task and its options, the source, both splits and sizes (one split may feed both),
-    and the study seed that cuts them (:func:`data.load_pool`)."""
+    and the study seed that cuts them (:func:`diffgrpo.tasks.splits.load_pool`)."""
     d = cfg.dataset
     return {"task": task_of(cfg).describe(), "source": d.source, "role": role,
             "split": d.train_split if role == "pool" else d.test_split,

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout
 from diffgrpo.params import cluster
 from diffgrpo.models import resolve as data
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         nb_params = notebook_parameters(file, overrides, cfg)
         cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
         if not args.status:
-            data.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
+            splits.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
             data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
         studies.append((cfg, nb_params))
     todo, owner = campaign_jobs(studies, args.stages)

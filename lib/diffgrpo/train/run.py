@@ -31,6 +31,7 @@ from transformers.integrations import TensorBoardCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
+from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout, run_folder
 from diffgrpo.models import resolve, devices
 from diffgrpo import params, rewards, select
@@ -52,7 +53,7 @@ def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
         raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
     selection = artifacts.read_parquet(path, "02_select")
     ids = selection["id"].astype(str)
-    pool = resolve.load_pool(cfg).set_index("id")
+    pool = splits.load_pool(cfg).set_index("id")
     dup = ids[ids.duplicated()]
     if len(dup):
         raise ValueError(f"{path}: id {dup.iloc[0]!r} is selected more than once (row {int(dup.index[0]) + 1}, counting "
@@ -137,7 +138,7 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
     eprli.check_levels_fit(levels, cfg, n_processes)
-    task = resolve.task_of(cfg)
+    task = splits.task_of(cfg)
     study = layout.study_dir(cfg)
     head = {
         "key": key,
