@@ -124,7 +124,7 @@ def test_selection_refuses_missing_p_hat_naming_the_prompts():
 def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path):
     folder = tmp_path / "runs" / "hard-seed0"
     with artifacts.exclusive(folder):
-        code = ("import sys; from diffgrpo import artifacts\n"
+        code = ("import sys; from diffgrpo.store import artifacts\n"
                 "try:\n    artifacts.exclusive(sys.argv[1]).__enter__()\n"
                 "except artifacts.FolderBusy as e:\n    print(e)\n")
         out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True).stdout

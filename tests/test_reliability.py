@@ -433,7 +433,7 @@ def _clone(tmp_path: Path) -> Path:
 def test_notebooks_params_and_outputs_resolve_in_the_checkout_the_command_runs_in(tmp_path):
     clone = _clone(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("DIFFGRPO_OUTPUTS", "DIFFGRPO_PROJECT")}
-    code = ("from diffgrpo import artifacts, notebooks, params\n"
+    code = ("from diffgrpo import params; from diffgrpo.store import artifacts; from diffgrpo.study import notebooks\n"
             "print(params.load('tiny').study, notebooks.notebook_path('01_probe'), artifacts.outputs_root())")
     done = subprocess.run([sys.executable, "-c", code], cwd=clone / "notebooks", env=env, capture_output=True,
                           text=True, timeout=120)
