@@ -4,8 +4,10 @@
       probe/<model>/<key>/      samples.parquet, prompts.parquet, one_sample.parquet, manifest.json
       select/<arm>.parquet      selections (prompt ids, p_hat, policy, seed) + summary.csv;
                                 a per-seed policy (random) has select/<arm>-seed<seed>.parquet
-      runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
-                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files)
+      runs/<run_id>/            params.yaml, trl_config.json, manifest.json, steps.parquet, groups.parquet,
+                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files);
+                                an EPRLI run also levels/<i>-<name>/ (checkpoints/, trl_config.json, level.json)
+                                (one run's folder: diffgrpo.store.run_folder.RunFolder)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
                                 on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
       report/                   tables (CSV + markdown), figures (PNG), summary.json
