@@ -70,7 +70,7 @@ def main() -> None:
                   lambda: probe.read_samples(cfg)["num_tokens"].sum(),
                   [(p.k, p.sampling.temperature, p.sampling.top_p, p.sampling.max_new_tokens, p.sampling.batch_size)]),
         "evaluate": (lambda: evaluate.evaluate_base(cfg, progress=False), splits.load_test(cfg),
-                     lambda: pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / "samples.parquet")["num_tokens"].sum(),
+                     lambda: pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN) / layout.SAMPLES)["num_tokens"].sum(),
                      ([(1, 0.0, 1.0, ev.sampling.max_new_tokens, ev.sampling.batch_size)] if ev.greedy else [])
                      + [(ev.n_samples, ev.sampling.temperature, ev.sampling.top_p, ev.sampling.max_new_tokens,
                          ev.sampling.batch_size)]),

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from diffgrpo import params, study
+from diffgrpo.store import layout
 
 
 def main() -> None:
@@ -35,7 +36,7 @@ def main() -> None:
     t0 = time.perf_counter()
     study.main([args.params_file])
     total = time.perf_counter() - t0
-    timings = json.loads((out / cfg.study / "timings.json").read_text())
+    timings = json.loads((out / cfg.study / layout.TIMINGS).read_text())
     print(f"\nstudy {cfg.study!r} on {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, torch {torch.__version__}, workers {cfg.workers}")
     cpu = timings.get("cpu_s", {"stages": {}, "total": float("nan")})

@@ -93,6 +93,7 @@ def main() -> None:
 
     from diffgrpo import params, probe, select, train
     from diffgrpo.study import parse_overrides
+    from diffgrpo.store.run_folder import RunFolder
 
     cfg = params.load(args.params_file, overrides={
         "train.max_steps": args.steps, "train.save_steps": 10_000, "train.seeds": [0], "workers": 1,
@@ -117,8 +118,8 @@ def main() -> None:
         profiler.disable()
     wall = time.perf_counter() - t0
 
-    steps = pd.read_parquet(run_dir / "steps.parquet")
-    groups = pd.read_parquet(run_dir / "groups.parquet")
+    folder = RunFolder(run_dir)
+    steps, groups = pd.read_parquet(folder.steps), pd.read_parquet(folder.groups)
     step_time = steps["step_time"].to_numpy()[1:]
     parts = {k: np.asarray(v[1:]) for k, v in times.items()}  # one call per step for each part
     print(f"\n{args.params_file} / {args.strategy} {' '.join(args.overrides)}: {args.steps} steps of {cfg.train.prompts_per_step} prompts x "

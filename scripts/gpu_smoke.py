@@ -55,24 +55,24 @@ def report(outputs: Path, overrides: dict) -> str:
 
     cfg = params.load(STUDY, overrides=overrides)
     table = plan.plan(cfg, study.jobs(cfg, {"params_file": STUDY, "overrides": overrides}))
-    timings = artifacts.read_json(layout.study_dir(cfg) / "timings.json", STUDY)["notebooks"]
+    timings = artifacts.read_json(layout.study_dir(cfg) / layout.TIMINGS, STUDY)["notebooks"]
     rows = []
     for _, job in table.iterrows():
         seconds = timings.get(job["job"])
         completions = tokens = None
         extra = ""
         if job["stage"] == "01_probe":
-            s = pd.read_parquet(layout.probe_dir(cfg) / "samples.parquet")
+            s = pd.read_parquet(layout.probe_dir(cfg) / layout.SAMPLES)
             completions, tokens = len(s), int(s["num_tokens"].sum())
         elif job["stage"] == "04_evaluate":
             rid = job["job"].split(" ", 1)[1]
-            s = pd.read_parquet(layout.eval_dir(cfg, rid) / "samples.parquet")
+            s = pd.read_parquet(layout.eval_dir(cfg, rid) / layout.SAMPLES)
             completions, tokens = len(s), int(s["num_tokens"].sum())
         elif job["stage"] == "03_train":
             arm, seed = job["arm"], int(job["job"].rsplit("seed", 1)[1])
             run = layout.run_dir(cfg.for_arm(arm), arm, seed)
-            m = artifacts.read_json(run / "manifest.json", STUDY)
-            steps = pd.read_parquet(run / "steps.parquet")
+            m = artifacts.read_json(run / layout.MANIFEST, STUDY)
+            steps = pd.read_parquet(run / layout.STEPS)
             completions = m["completions_generated"]
             tokens = int(round(float((steps["completions/mean_length"] * steps.get("completions_generated", 0)).sum())))
             extra = (f"{m['mean_step_seconds']} s/step; plan: pass {job.get('train_pass_gib')} GiB"

@@ -191,7 +191,7 @@ def test_paper002_gpu_builds_every_object_a_run_would():
 
     from trl import GRPOConfig
 
-    from diffgrpo.train import levels as curriculum
+    from diffgrpo.train.trainer import check_levels_fit
     from diffgrpo.models import loading
     from diffgrpo import train
 
@@ -215,11 +215,11 @@ def test_paper002_gpu_builds_every_object_a_run_would():
             # the completion budget run with gradient accumulation, on one process or several (issue 17)
             assert kw["gradient_accumulation_steps"] == kw["steps_per_generation"] == lv.prompts_per_step
             for n_processes in (1, 2, 4):
-                curriculum.check_levels_fit([lv], cfg, n_processes)
+                check_levels_fit([lv], cfg, n_processes)
             # what still cannot work is refused: bnpo normalises each pass by its own tokens
             if lv.dynamic_rounds is not None:
                 with pytest.raises(ValueError, match="loss_type 'bnpo' needs one process and one pass per update"):
-                    curriculum.check_levels_fit([lv], cfg.replace(**{"train.loss_type": "bnpo"}), 1)
+                    check_levels_fit([lv], cfg.replace(**{"train.loss_type": "bnpo"}), 1)
     train.lora_config(cfg)
 
 

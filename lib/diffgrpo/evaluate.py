@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout, run_folder as runs
+from diffgrpo.store import artifacts, layout, run_folder
+from diffgrpo.store.run_folder import RunFolder
 from diffgrpo import select
 from diffgrpo.models.generation import LazyGenerator
 from diffgrpo.params import TEST_SET, Config
@@ -98,13 +99,13 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     return pd.concat(frames, ignore_index=True)
 
 
-FILES = ["samples.parquet", "summary.parquet", "tiers.parquet"]
+FILES = [layout.SAMPLES, layout.EVAL_SUMMARY, layout.EVAL_TIERS]
 
 
 def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: pd.DataFrame) -> None:
-    artifacts.write_parquet(out_dir / "samples.parquet", samples)
-    artifacts.write_parquet(out_dir / "summary.parquet", summary)
-    artifacts.write_parquet(out_dir / "tiers.parquet", tiers)
+    artifacts.write_parquet(out_dir / layout.SAMPLES, samples)
+    artifacts.write_parquet(out_dir / layout.EVAL_SUMMARY, summary)
+    artifacts.write_parquet(out_dir / layout.EVAL_TIERS, tiers)
 
 
 def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
@@ -130,8 +131,8 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
         summary = pd.concat([step0[0], summary], ignore_index=True)
         tier_table = pd.concat([step0[1], tier_table], ignore_index=True)
     _write(out_dir, pd.concat(all_samples, ignore_index=True), summary, tier_table)
-    artifacts.write_json(out_dir / "manifest.json", {"key": run_key, "steps": sorted(steps), "trained": trained,
-                                                     "sha256": artifacts.digests(out_dir, FILES)})
+    artifacts.write_json(out_dir / layout.MANIFEST, {"key": run_key, "steps": sorted(steps), "trained": trained,
+                                                   "sha256": artifacts.digests(out_dir, FILES)})
     return out_dir
 
 
@@ -140,7 +141,7 @@ def evaluate_base(cfg: Config, progress: bool = True, eval_set: str = TEST_SET) 
     set and settings."""
     out_dir = layout.eval_dir(cfg, layout.BASE_RUN, eval_set)
     cfg = cfg.for_eval_set(eval_set)
-    manifest = out_dir / "manifest.json"
+    manifest = out_dir / layout.MANIFEST
     with artifacts.exclusive(out_dir, wait=True):  # every run's evaluation needs it: the others wait
         try:
             m = artifacts.read_manifest(manifest, "04_evaluate")
@@ -163,16 +164,17 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     """Refuse to score a run that is not finished (``max_steps``: the run's steps,
     :func:`diffgrpo.select.run_steps`): a killed or running train leaves checkpoints that look
     like a result and are not the study's."""
-    path = run_dir / "manifest.json"
+    folder = RunFolder(run_dir)
+    path = folder.manifest_path
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
     m = artifacts.read_manifest(path, "03_train")
-    if m.get("status") != "complete" or (m.get("steps_done") != max_steps and not m.get("budget_spent")):
+    if not run_folder.finished(m, max_steps):
         raise RuntimeError(
             f"{run_dir}: the run is not finished (status {m.get('status')!r}, {m.get('steps_done')} of its {max_steps} "
             "steps: train.max_steps, or train.epochs passes over its selection); rerun the train stage (03_train), "
             "which resumes it, before evaluating")
-    bad = runs.run_damaged(run_dir, m)
+    bad = folder.damaged(m)
     if bad:  # a truncated adapter would fail to load naming no file, or score another model
         raise artifacts.ArtifactError(
             f"{run_dir}: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} missing or changed since the run "
@@ -208,7 +210,7 @@ def write_curves(run_dir: Path, summary: pd.DataFrame, eval_set: str = TEST_SET)
     time the run is evaluated (a copy of ``summary.parquet``, which stays the record)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    folder = layout.tensorboard_dir(run_dir) / f"eval-{eval_set}"
+    folder = RunFolder(run_dir).tensorboard / f"eval-{eval_set}"
     if folder.exists():
         shutil.rmtree(folder)
     with SummaryWriter(str(folder)) as writer:
@@ -223,7 +225,7 @@ def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, s
                     trained: dict, progress: bool, eval_set: str = TEST_SET) -> Path:
     """Evaluate the run's checkpoints, with the base model as its step 0."""
     rid = layout.run_id(strategy, seed)
-    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN, eval_set) / "tiers.parquet",
+    base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN, eval_set) / layout.EVAL_TIERS,
                                         "04_evaluate")
     step0 = tuple(df.assign(run_id=rid, strategy=strategy, seed=seed) for df in (base, base_tiers))
     return _evaluate_steps(cfg.for_eval_set(eval_set), rid, strategy, seed, steps, progress, trained, step0,
@@ -231,7 +233,7 @@ def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, s
 
 
 def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: str = TEST_SET) -> pd.DataFrame:
-    path = (out_dir or layout.eval_dir(cfg, rid, eval_set)) / "summary.parquet"
+    path = (out_dir or layout.eval_dir(cfg, rid, eval_set)) / layout.EVAL_SUMMARY
     if not path.exists():
         raise FileNotFoundError(f"{path}: no evaluation of {rid!r} on set {eval_set!r}; run the evaluate stage")
     return artifacts.read_parquet(path, "04_evaluate")

@@ -66,12 +66,12 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
 
 
 def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator) -> Path:
-    manifest = out_dir / "manifest.json"
+    manifest = out_dir / layout.MANIFEST
     try:
         m = artifacts.read_manifest(manifest, "01_probe")
     except artifacts.ArtifactError as err:  # its chunks are keyed: the probe is rebuilt from them
         log.warning("%s; rebuilding the probe from its chunks", err)
-        manifest.replace(manifest.with_name("manifest.json.damaged"))
+        manifest.replace(manifest.with_name(f"{layout.MANIFEST}.damaged"))
         m = None
     if m is not None and m.get("complete"):
         bad = artifacts.damaged(out_dir, m)
@@ -97,14 +97,14 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
             seed=cfg.probe.seed, work_dir=out_dir / "work" / "one_sample", key=key,
             progress=progress, desc="one-sample probe (greedy)",
         )
-        artifacts.write_parquet(out_dir / "one_sample.parquet", one)
+        artifacts.write_parquet(out_dir / layout.ONE_SAMPLE, one)
         prompts = prompts.merge(one[["prompt_id", "correct"]].rename(
             columns={"prompt_id": "id", "correct": "base_correct"}), on="id", how="left")
         prompts["base_correct"] = prompts["base_correct"].astype(bool)
-    artifacts.write_parquet(out_dir / "samples.parquet", samples)
-    artifacts.write_parquet(out_dir / "prompts.parquet", prompts)
-    artifacts.write_text(out_dir / "params.yaml", params.dump(cfg))
-    files = ["samples.parquet", "prompts.parquet"] + (["one_sample.parquet"] if one_sample else [])
+    artifacts.write_parquet(out_dir / layout.SAMPLES, samples)
+    artifacts.write_parquet(out_dir / layout.PROMPTS, prompts)
+    artifacts.write_text(out_dir / layout.PARAMS, params.dump(cfg))
+    files = [layout.SAMPLES, layout.PROMPTS] + ([layout.ONE_SAMPLE] if one_sample else [])
     artifacts.write_json(manifest, {
         "complete": True, "key": key, "role": role, "n_prompts": len(prompts), "k": cfg.probe.k,
         "mean_p_hat": round(float(prompts["p_hat"].mean()), 4), "files": files,
@@ -115,7 +115,7 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
 
 def read_prompts(cfg: Config) -> pd.DataFrame:
     """The per-prompt probe results for this config; a clear error when there are none."""
-    path = layout.probe_dir(cfg) / "prompts.parquet"
+    path = layout.probe_dir(cfg) / layout.PROMPTS
     if not path.exists():
         raise FileNotFoundError(
             f"{path}: no probe for model {cfg.model.name!r} on {cfg.dataset.task!r} with these settings; "
@@ -129,7 +129,7 @@ def read_test_prompts(cfg: Config) -> pd.DataFrame | None:
     None when the study does not probe it."""
     if not cfg.probe.test:
         return None
-    path = layout.probe_dir(cfg, "test") / "prompts.parquet"
+    path = layout.probe_dir(cfg, "test") / layout.PROMPTS
     if not path.exists():
         raise FileNotFoundError(f"{path}: probe.test is on but the test set is not probed yet; run the probe stage "
                                 "(01_probe) first")
@@ -137,7 +137,7 @@ def read_test_prompts(cfg: Config) -> pd.DataFrame | None:
 
 
 def read_samples(cfg: Config) -> pd.DataFrame:
-    return artifacts.read_parquet(layout.probe_dir(cfg) / "samples.parquet", "01_probe")
+    return artifacts.read_parquet(layout.probe_dir(cfg) / layout.SAMPLES, "01_probe")
 
 
 def tier_table(prompts: pd.DataFrame) -> pd.DataFrame:

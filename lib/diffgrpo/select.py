@@ -166,10 +166,10 @@ def run_select(cfg: Config) -> pd.DataFrame:
             artifacts.write_parquet(layout.selection_file(cfg, arm.name, seed), sel)
             selections[arm.name if seed is None else layout.run_id(arm.name, seed)] = sel
     summary = summarize(selections, prompts, cfg.train.group_size)
-    artifacts.write_csv(layout.select_dir(cfg) / "summary.csv", summary)
+    artifacts.write_csv(layout.select_dir(cfg) / layout.SELECTION_SUMMARY, summary)
     folder = layout.select_dir(cfg)  # digests: the train stage reads a selection only as written here
-    names = sorted(p.name for p in folder.glob("*.parquet")) + ["summary.csv"]
-    artifacts.write_json(folder / "manifest.json", {"sha256": artifacts.digests(folder, names)})
+    names = sorted(p.name for p in folder.glob("*.parquet")) + [layout.SELECTION_SUMMARY]
+    artifacts.write_json(folder / layout.MANIFEST, {"sha256": artifacts.digests(folder, names)})
     return summary
 
 

@@ -72,7 +72,7 @@ def study_path(study: Config | str | Path) -> Path:
 def find_runs(study_dir: Path, run_ids: Iterable[str] | None = None) -> tuple[list[dict], list[str]]:
     """Manifests of the complete runs (with ``run_id`` added), and the ids of incomplete ones.
     ``run_ids``: only these (the study's planned runs), not every folder under runs/."""
-    paths = sorted(layout.runs_dir(study_dir).glob("*/manifest.json"))
+    paths = sorted(layout.runs_dir(study_dir).glob(f"*/{layout.MANIFEST}"))
     if run_ids is not None:
         wanted = set(run_ids)
         paths = [p for p in paths if p.parent.name in wanted]
@@ -92,7 +92,7 @@ def _name(v: str | dict) -> str:
 
 
 
-def read_evals(study_dir: Path, run_ids: Iterable[str], name: str = "summary.parquet") -> pd.DataFrame:
+def read_evals(study_dir: Path, run_ids: Iterable[str], name: str = layout.EVAL_SUMMARY) -> pd.DataFrame:
     """One eval table (``summary.parquet`` or ``tiers.parquet``) of the base model and of each run, stacked."""
     frames = []
     for rid in [layout.BASE_RUN, *run_ids]:
@@ -147,11 +147,11 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
         rid = m["run_id"]
         if rid not in final.index:
             raise ValueError(f"{layout.evals_dir(root) / rid / 'summary.parquet'} has no trained checkpoint (step > 0)")
-        evaluated = read_json(layout.evals_dir(root) / rid / "manifest.json").get("trained")
+        evaluated = read_json(layout.evals_dir(root) / rid / layout.MANIFEST).get("trained")
         if evaluated != layout.trained_identity(m):
             raise ArtifactError(f"{layout.evals_dir(root) / rid}: scores an earlier training of run {rid!r}, not the one "
                                 "in runs/ now; rerun the evaluate stage (04_evaluate)")
-        groups = read_parquet(layout.runs_dir(root) / rid / "groups.parquet", "03_train")
+        groups = read_parquet(layout.runs_dir(root) / rid / layout.GROUPS, "03_train")
         acc = float(final.loc[rid, metric])
         rows.append({
             "model": _name(m["model"]), "dataset": _name(m["task"]), "strategy": m["strategy"], "seed": int(m["seed"]),
@@ -211,7 +211,7 @@ def predicted_learnable(selections: pd.DataFrame, runs: pd.DataFrame, group_size
 def learnability_prior(cfg: Config) -> dict:
     """The Beta prior of the posterior learnability prediction: fit to the pool's probe
     (``select.fit_beta_prior``), or Jeffreys' when the probe's prompts.parquet is not there."""
-    path = layout.probe_dir(cfg) / "prompts.parquet"
+    path = layout.probe_dir(cfg) / layout.PROMPTS
     if path.exists():
         pool = read_parquet(path, "01_probe", columns=["n_correct", "k"])
         alpha, beta = select.fit_beta_prior(pool["n_correct"], pool["k"])
@@ -250,7 +250,7 @@ def prompt_scores(study_dir: Path, rid: str, metric: str) -> pd.DataFrame:
     mode = {"greedy_acc": "greedy", "pass@1": "sampled"}.get(metric)
     if mode is None:
         raise ValueError(f"analyze.metric {metric!r}: intervals need per-sample scores (greedy_acc or pass@1)")
-    samples = read_parquet(layout.evals_dir(study_dir) / rid / "samples.parquet", "04_evaluate",
+    samples = read_parquet(layout.evals_dir(study_dir) / rid / layout.SAMPLES, "04_evaluate",
                            columns=["step", "mode", "prompt_id", "correct"])
     samples = samples[samples["mode"] == mode]
     if samples.empty:
@@ -313,7 +313,7 @@ class Scores:
         return np.column_stack(cols)
 
 
-def read_set_evals(cfg: Config, run_ids: Iterable[str], name: str = "summary.parquet") -> pd.DataFrame:
+def read_set_evals(cfg: Config, run_ids: Iterable[str], name: str = layout.EVAL_SUMMARY) -> pd.DataFrame:
     """One eval table of the base model and of each run on every evaluation set (``test`` and
     ``evaluate.sets``), stacked, with an ``eval_set`` column."""
     frames = []
@@ -381,7 +381,7 @@ def confound_steps(study_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
     without those columns (or without steps.parquet) are left out."""
     frames = []
     for strategy, seed in zip(runs["strategy"], runs["seed"]):
-        path = layout.runs_dir(study_dir) / layout.run_id(strategy, seed) / "steps.parquet"
+        path = layout.runs_dir(study_dir) / layout.run_id(strategy, seed) / layout.STEPS
         if not path.exists():
             continue
         steps = read_parquet(path, "03_train")
@@ -481,7 +481,7 @@ def report(cfg: Config) -> dict:
     runs = collect_runs(root, metric, ids)
     complete, skipped = find_runs(root, ids)
     ids = [m["run_id"] for m in complete]
-    evals, tiers = read_evals(root, ids), read_evals(root, ids, "tiers.parquet")
+    evals, tiers = read_evals(root, ids), read_evals(root, ids, layout.EVAL_TIERS)
     rep = paper_numbers.reported(cfg.analyze.reports)
     points = paper_numbers.paper_points(rep)
 
@@ -589,5 +589,5 @@ def report(cfg: Config) -> dict:
         summary[paper] = reports.get(paper).write(study)
     if cfg.analyze.compare:
         summary["grid"] = grid.write(study, summary)
-    write_json(out / "summary.json", summary)
+    write_json(out / layout.REPORT_SUMMARY, summary)
     return summary

@@ -197,6 +197,10 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
+#: the record in every folder of a study (its key, status, and the digests of its files)
+MANIFEST = "manifest.json"
+
+
 class ArtifactError(RuntimeError):
     """A file under outputs/ that is damaged (unreadable, or not what its manifest recorded)."""
 
@@ -261,11 +265,11 @@ def check_digest(path: str | os.PathLike, stage: str) -> None:
     """``path`` as the ``manifest.json`` of its folder recorded it (nothing to check when that
     manifest records no digest of it)."""
     path = Path(path)
-    manifest = read_manifest(path.parent / "manifest.json", stage)
+    manifest = read_manifest(path.parent / MANIFEST, stage)
     want = (manifest or {}).get("sha256", {}).get(path.name)
     if want is not None and file_digest(path) != want:
         raise ArtifactError(f"{path}: damaged, changed since the {stage} stage wrote it (its digest is not the one "
-                            f"{path.parent / 'manifest.json'} records); rerun the {stage} stage, which sets the "
+                            f"{path.parent / MANIFEST} records); rerun the {stage} stage, which sets the "
                             "damaged folder aside and rebuilds it")
 
 

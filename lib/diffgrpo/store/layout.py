@@ -4,8 +4,10 @@
       probe/<model>/<key>/      samples.parquet, prompts.parquet, one_sample.parquet, manifest.json
       select/<arm>.parquet      selections (prompt ids, p_hat, policy, seed) + summary.csv;
                                 a per-seed policy (random) has select/<arm>-seed<seed>.parquet
-      runs/<run_id>/            params.yaml, manifest.json, steps.parquet, groups.parquet,
-                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files)
+      runs/<run_id>/            params.yaml, trl_config.json, manifest.json, steps.parquet, groups.parquet,
+                                checkpoints/checkpoint-<step>/ (LoRA adapters), tensorboard/ (event files);
+                                an EPRLI run also levels/<i>-<name>/ (checkpoints/, trl_config.json, level.json)
+                                (one run's folder: diffgrpo.store.run_folder.RunFolder)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
                                 on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
       report/                   tables (CSV + markdown), figures (PNG), summary.json
@@ -31,6 +33,31 @@ from diffgrpo.tasks.splits import task_of
 from diffgrpo.params import TEST_SET, Config
 
 BASE_RUN = "base"
+
+# ---- file names ---------------------------------------------------------------------------
+# Every file name of a study folder, in the tree above; the stages build paths from these.
+#: every folder's record (key, status, digests of its files); artifacts checks a file against it
+MANIFEST = artifacts.MANIFEST
+#: the params a probe or a run was computed with
+PARAMS = "params.yaml"
+#: probe/<model>/<key>/: every sample, the per-prompt results (p_hat), the greedy one-sample probe
+SAMPLES, PROMPTS, ONE_SAMPLE = "samples.parquet", "prompts.parquet", "one_sample.parquet"
+#: select/: the arms' selections side by side
+SELECTION_SUMMARY = "summary.csv"
+#: runs/<run_id>/: TRL's logged metrics, every generated group, the effective GRPOConfig and LoRA
+STEPS, GROUPS, TRL_CONFIG = "steps.parquet", "groups.parquet", "trl_config.json"
+#: runs/<run_id>/levels/<i>-<name>/: an EPRLI level's folder (paper 002) and its record once finished
+LEVELS, LEVEL_RECORD = "levels", "level.json"
+#: runs/<run_id>/tensorboard/: the TensorBoard event files (``train.report_to: tensorboard``)
+TENSORBOARD = "tensorboard"
+#: eval/<run_id>/: every sample, the per-step summary, the per-tier table (SAMPLES, as a probe's)
+EVAL_SUMMARY, EVAL_TIERS = "summary.parquet", "tiers.parquet"
+#: report/: the headline numbers a grid of studies and the runner read
+REPORT_SUMMARY = "summary.json"
+#: the study folder's record of each notebook's wall time (the study runner)
+TIMINGS = "timings.json"
+#: slurm/: the job id of each notebook job last submitted
+SLURM_JOBS = "jobs.json"
 
 
 def study_dir(cfg: Config) -> Path:
@@ -205,6 +232,8 @@ def eval_dir(cfg: Config, rid: str, eval_set: str = TEST_SET) -> Path:
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
+#: PEFT's record of an adapter (a checkpoint without it cannot be loaded)
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def checkpoint(ckpt_dir: Path, step: int) -> Path:
@@ -225,7 +254,7 @@ def list_checkpoints(ckpt_dir: Path, complete: bool = True) -> dict[int, Path]:
 def tensorboard_dir(run: Path) -> Path:
     """A run's TensorBoard event files (``train.report_to: tensorboard``), so that
     ``tensorboard --logdir outputs/<study>/runs`` shows every run's curves side by side."""
-    return run / "tensorboard"
+    return run / TENSORBOARD
 
 
 def slurm_dir(cfg: Config) -> Path:

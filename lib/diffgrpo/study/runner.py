@@ -234,7 +234,7 @@ def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
         path = select.selection_path(acfg, arm, seed)
         ids = artifacts.read_parquet(path, "02_select")["id"].astype(str)
         steps = acfg.run_steps(arm, len(ids))
-        probe = artifacts.read_parquet(layout.probe_dir(acfg) / "prompts.parquet", "01_probe").set_index("id")
+        probe = artifacts.read_parquet(layout.probe_dir(acfg) / layout.PROMPTS, "01_probe").set_index("id")
         tokens = float(probe.loc[probe.index.intersection(ids), "mean_tokens"].mean())
     except (OSError, KeyError, ValueError, artifacts.ArtifactError):
         tokens = float("nan")
@@ -303,8 +303,8 @@ def run_studies(studies: Sequence[tuple[params.Config, dict]], todo: list[Notebo
             print(f"study {cfg.study!r}: {wall:.1f} s wall; seconds of notebook time per stage: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in by_stage.items()))
             report = layout.report_dir(cfg)
-            if (report / "summary.json").exists():
-                print(f"report: {report}/ (summary.json, tables, figures)")
+            if (report / layout.REPORT_SUMMARY).exists():
+                print(f"report: {report}/ ({layout.REPORT_SUMMARY}, tables, figures)")
         return 0
 
 
@@ -313,7 +313,7 @@ class _Timings:
     per notebook, kept from earlier sessions and written as each notebook finishes."""
 
     def __init__(self, cfg: params.Config):
-        self.file = layout.study_dir(cfg) / "timings.json"
+        self.file = layout.study_dir(cfg) / layout.TIMINGS
         try:
             old = artifacts.read_json(self.file) if self.file.exists() else {}
         except artifacts.ArtifactError:

@@ -35,14 +35,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from diffgrpo.store import artifacts
+from diffgrpo.store import artifacts, layout
 from diffgrpo.study.executors import NotebookJob, _error_of, check_graph
 from diffgrpo.study.notebooks import DIE_WITH_ENV, StageFailed
 
 #: Slurm states of a job that has not ended (squeue's long names)
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
-RECORD = "jobs.json"
+RECORD = layout.SLURM_JOBS
 
 
 class SlurmError(RuntimeError):

@@ -9,7 +9,6 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from diffgrpo.models import devices
 from diffgrpo.store import layout
 from diffgrpo.params import Config
 
@@ -51,24 +50,6 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
     dynamic = t.dynamic_sampling.enabled
     return [Level(None, t.steps(n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
                   t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
-
-
-def check_levels_fit(levels: list[Level], cfg: Config, n_processes: int) -> None:
-    """What dynamic sampling cannot do: with several passes per update (gradient accumulation,
-    or several processes) a part-filled update is padded with masked rows, which weighs its
-    groups as one pass over them would for the "grpo", "dr_grpo" and "dapo" losses
-    (diffgrpo.train.trainer.loss_scale), not for "bnpo", which normalises each pass by its own
-    tokens."""
-    for lv in levels:
-        if lv.dynamic_rounds is None or cfg.train.loss_type != "bnpo":
-            continue
-        b = devices.batching(lv.prompts_per_step, lv.group_size, n_processes, cfg.train.per_device_prompts)
-        if n_processes > 1 or b.gradient_accumulation_steps > 1:
-            raise ValueError(f"dynamic sampling with train.loss_type 'bnpo' needs one process and one pass per update "
-                             f"(here {n_processes} process(es), {b.gradient_accumulation_steps} passes): bnpo "
-                             "normalises each pass by its own tokens, so an update that dynamic sampling leaves "
-                             "part-filled cannot weigh its groups as one pass does. Use loss_type dapo or grpo, or "
-                             "set train.per_device_prompts to null and launch one process")
 
 
 def copy_adapters(level_ckpts: Path, ckpt_dir: Path, offset: int) -> None:

@@ -110,8 +110,8 @@ class Recorder(TrainerCallback):
 
     def write_frames(self, run_dir: Path) -> None:
         steps, groups = self.frames()
-        artifacts.write_parquet(run_dir / "steps.parquet", steps)
-        artifacts.write_parquet(run_dir / "groups.parquet", groups)
+        artifacts.write_parquet(run_dir / layout.STEPS, steps)
+        artifacts.write_parquet(run_dir / layout.GROUPS, groups)
 
 
 class Tidy(TrainerCallback):

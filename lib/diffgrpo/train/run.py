@@ -15,10 +15,12 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import peft
@@ -32,7 +34,8 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout, run_folder
+from diffgrpo.store import artifacts, layout
+from diffgrpo.store.run_folder import RunFolder
 from diffgrpo.models import resolve, devices
 from diffgrpo import params, rewards, select
 from diffgrpo.train import levels as eprli
@@ -41,7 +44,7 @@ from diffgrpo.models.loading import quiet_renamed_arguments
 from diffgrpo.params import Config
 from diffgrpo.train.config import grpo_kwargs, lora_config
 from diffgrpo.train.records import Progress, Recorder, Tidy
-from diffgrpo.train.trainer import Budget, Trainer
+from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
 
 
@@ -120,7 +123,61 @@ def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, f
 
 
 def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
-    ckpt_dir = run_dir / layout.CHECKPOINTS
+    """A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
+    finished), :func:`train_level` for each level (the whole run, or paper 002's EPRLI levels one
+    after the other), :func:`finish` (the manifest that records it)."""
+    run = prepare(cfg, strategy, seed, run_dir, progress=progress, force=force)
+    if run is None:  # finished before
+        return run_dir
+    for i, lv in enumerate(run.levels):
+        if not train_level(run, i, lv):
+            break
+    finish(run)
+    return run_dir
+
+
+@dataclasses.dataclass
+class Run:
+    """One (arm, seed) run as it trains: what :func:`prepare` read, and what each level hands
+    the next (the steps done before it, the adapter it carries on from)."""
+
+    cfg: Config  # the arm's (Config.for_arm)
+    strategy: str
+    seed: int
+    folder: RunFolder
+    rows: pd.DataFrame  # the selection's prompts (selected_rows)
+    levels: list[eprli.Level]
+    max_steps: int  # the run's steps (Config.run_steps)
+    fields: dict  # the manifest's description of the run (key, model, task, selection, ...)
+    task: Any
+    progress: bool
+    n_processes: int
+    is_main: bool
+    resumed_from: list[int]  # the steps this run was resumed from, every session's
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+    level_records: list[dict] = dataclasses.field(default_factory=list)
+    offset: int = 0  # steps done by the levels before this one
+    adapter: Path | None = None  # the previous level's last adapter (EPRLI)
+    budget_spent: bool = False
+    output: Any = None  # TRL's TrainOutput of the last level trained this session
+    recorder: Recorder | None = None
+    saved: set[int] = dataclasses.field(default_factory=set)  # checkpoints found or saved this session
+
+    @property
+    def is_eprli(self) -> bool:
+        return self.levels[0].name is not None
+
+    def write_manifest(self, status: str, steps_done: int, extra: dict | None = None) -> None:
+        if self.is_main:
+            self.folder.write_manifest({**self.fields, "resumed_from": self.resumed_from,
+                                        **({"levels": self.level_records} if self.is_eprli else {}),
+                                        **(extra or {})}, status, steps_done)
+
+
+def prepare(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Run | None:
+    """The run's selection, levels and key; what its folder holds (a finished run: None; one
+    with other settings or damaged: set aside, :meth:`RunFolder.previous`); its params written."""
+    folder = RunFolder(run_dir)
     rows = selected_rows(cfg, strategy, seed)
     arm = cfg.arm(strategy)
     max_steps = cfg.run_steps(strategy, len(rows))  # train.max_steps, or train.epochs passes over these rows
@@ -128,19 +185,17 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
     reward_key = run_reward_key(arm, rows, seed)
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm.select == "levels" else None)
-    manifest_path = run_dir / "manifest.json"
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
-    manifest, done = run_folder.previous(run_dir, key, max_steps, devices.is_main_process())
+    manifest, done = folder.previous(key, max_steps, devices.is_main_process())
     if done:
-        return run_dir
+        return None
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
-    eprli.check_levels_fit(levels, cfg, n_processes)
+    check_levels_fit(levels, cfg, n_processes)
     task = splits.task_of(cfg)
-    study = layout.study_dir(cfg)
-    head = {
+    fields = {
         "key": key,
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file},
         "task": task.describe(),
@@ -148,154 +203,171 @@ def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress
         "select": arm.select,
         "curriculum": arm.curriculum,
         "seed": seed,
-        "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), study),
+        "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), layout.study_dir(cfg)),
         "reward": {"weights": arm.reward_weights, **(reward_key or {"kind": rewards.VERIFIER})},
         "num_prompts": len(rows),
         "max_steps": max_steps,
         "num_processes": n_processes,
         "versions": _versions(),
     }
-    resumed_from = (manifest or {}).get("resumed_from", [])
-    level_records: list[dict] = []
-
-    def write_manifest(status: str, steps_done: int, extra: dict | None = None) -> None:
-        if not is_main:
-            return
-        ckpts = [artifacts.relative(p, run_dir) for p in layout.list_checkpoints(ckpt_dir).values()]
-        artifacts.write_json(manifest_path, {**head, "resumed_from": resumed_from, "status": status,
-                                             "steps_done": steps_done, "checkpoints": ckpts,
-                                             **({"levels": level_records} if levels[0].name is not None else {}),
-                                             **(extra or {})})
-
     if is_main:
-        artifacts.write_text(run_dir / "params.yaml", params.dump(cfg))
-    t0 = time.perf_counter()
-    offset, previous, budget_spent, output, recorder = 0, None, False, None, None
-    tidies: list[Tidy] = []
-    had: set[int] = set()
-    for i, lv in enumerate(levels):
-        one = lv.name is None
-        lv_ckpt = ckpt_dir if one else artifacts.inside_outputs(run_dir / "levels" / f"{i + 1}-{lv.name}" / layout.CHECKPOINTS,
-                                                                 "eprli.levels")
-        record_path = lv_ckpt.parent / "level.json"
-        if not one and record_path.exists():  # a level an interrupted run finished
-            record = artifacts.read_json(record_path, "03_train")  # readable: checked before the first level
-            level_records.append(record)
-            offset += record["steps_done"]
-            previous = layout.list_checkpoints(lv_ckpt)[record["local_steps"]]
-            continue
-        resumed_step, resume_from = run_folder.resume_point(lv_ckpt, tidy=is_main)
-        if one:
-            had = set(layout.list_checkpoints(lv_ckpt))  # what this session found: it must still be there at the end
-        # every process records the groups it scored; the main process holds the earlier rows
-        steps, groups = run_folder.previous_rows(run_dir, offset + resumed_step) if is_main else ([], [])
-        before = int(sum(len(g["rewards"]) for g in groups if g["step"] <= offset))
-        recorder = Recorder(task, lv.group_size, steps, groups, arm.reward_weights,
-                            (lv.length_weight, lv.max_completion_length, cfg.train.length_reward.cache),
-                            step_offset=offset, level=lv.name, seed=seed, rows=rows)
-        budget = Budget(recorder, lv.max_completions, before)
-        level_rows = rows if one else rows[rows["level"] == lv.name]
-        if len(level_rows) < lv.prompts_per_step:
-            raise ValueError(f"eprli level {lv.name!r}: {len(level_rows)} prompts, fewer than its buffer_size "
-                             f"= {lv.prompts_per_step}")
+        folder.write_params(cfg)
+    return Run(cfg, strategy, seed, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
+               resumed_from=(manifest or {}).get("resumed_from", []))
 
-        model, tokenizer = resolve.load_model(cfg)
-        if tokenizer.chat_template is None:
-            raise ValueError(f"{resolve.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
-        tokenizer.padding_side = "left"
-        check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
-        check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
-                  context_length(model), cfg.model.chat_template_kwargs, "train", "max_completion_length")
-        dataset = Dataset.from_list(level_rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
 
-        tidy = Tidy(lv_ckpt)
-        if one:
-            tidies.append(tidy)
-        callbacks = [recorder, budget, tidy] + (
-            [Progress(layout.run_id(strategy, seed) + ("" if one else f" {lv.name}"))] if progress else [])
-        peft_config = lora_config(cfg)
-        set_seed(seed)  # PEFT draws the LoRA init before TRL seeds anything
-        if previous is not None:  # the adapter carries on from the level before
-            model = peft.PeftModel.from_pretrained(model, str(previous), is_trainable=True)
-            peft_config = None
+def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
+    """Train level ``i`` (the whole run, or one EPRLI level) from its newest usable checkpoint,
+    through TRL's trainer; False when the run stops here (a callback stopped the level early)."""
+    one = lv.name is None
+    ckpt_dir = run.folder.level_checkpoints(i, lv.name)
+    record = None if one else run.folder.read_level_record(i, lv.name)
+    if record is not None:  # a level an interrupted run finished
+        run.level_records.append(record)
+        run.offset += record["steps_done"]
+        run.adapter = layout.list_checkpoints(ckpt_dir)[record["local_steps"]]
+        return True
+    resumed_step, resume_from = RunFolder.resume_point(ckpt_dir, tidy=run.is_main)
+    if one:
+        run.saved |= set(layout.list_checkpoints(ckpt_dir))  # what this session found: still there at the end
+    # every process records the groups it scored; the main process holds the earlier rows
+    steps, groups = run.folder.previous_rows(run.offset + resumed_step) if run.is_main else ([], [])
+    before = int(sum(len(g["rewards"]) for g in groups if g["step"] <= run.offset))
+    run.recorder = recorder = Recorder(
+        run.task, lv.group_size, steps, groups, run.cfg.arm(run.strategy).reward_weights,
+        (lv.length_weight, lv.max_completion_length, run.cfg.train.length_reward.cache),
+        step_offset=run.offset, level=lv.name, seed=run.seed, rows=run.rows)
+    budget = Budget(recorder, lv.max_completions, before)
+    trainer, tidy = _trainer(run, i, lv, ckpt_dir, recorder, budget)
+    if resume_from:
+        run.resumed_from = run.resumed_from + [run.offset + resumed_step]
+    run.write_manifest("running", run.offset + resumed_step)
+    if budget.spent():  # spent before an interruption: the level is over
+        local = resumed_step
+    else:
         with quiet_renamed_arguments():
-            args = GRPOConfig(**grpo_kwargs(cfg, seed, lv_ckpt, n_processes, lv))
-            trainer = Trainer(
-                model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
-                processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
-                recorder=recorder, run_dir=run_dir, dynamic_rounds=lv.dynamic_rounds,
-                merge_for_generation=cfg.train.merge_lora_for_generation,
-            )
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict
-        for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
-            if isinstance(cb, TensorBoardCallback):
-                cb.logging_dir = str(layout.tensorboard_dir(run_dir) / ("" if one else f"{i + 1}-{lv.name}"))
-        if is_main and (one or i == 0):
-            lora = peft_config or lora_config(cfg)
-            peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in lora.to_dict().items()}
-            artifacts.write_json(run_dir / "trl_config.json", {"grpo": args.to_dict(), "peft": peft_dict})
-        if is_main and not one:
-            artifacts.write_json(lv_ckpt.parent / "trl_config.json", {"grpo": args.to_dict()})
-        if resume_from:
-            resumed_from = resumed_from + [offset + resumed_step]
-        write_manifest("running", offset + resumed_step)
-        if budget.spent():  # spent before an interruption: the level is over
-            local = resumed_step
-        else:
-            with quiet_renamed_arguments():
-                output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-            local = trainer.state.global_step
-        written = recorder.write(run_dir)  # every process's groups
-        level_spent = budget.spent()
-        if not one:
-            if local < lv.steps and not level_spent:  # stopped early (a callback): the run stops here
-                offset += local
-                break
-            if is_main:
-                eprli.copy_adapters(lv_ckpt, ckpt_dir, offset)
-            level_groups = pd.DataFrame([g for g in written if g["level"] == lv.name])
-            level_steps = pd.DataFrame([r for r in recorder.steps if r.get("level") == lv.name])
-            record = {
-                "level": lv.name, "local_steps": local, "steps_done": local, "first_step": offset + 1,
-                "last_step": offset + local, "budget_spent": level_spent,
-                "completions_generated": int(level_groups["rewards"].map(len).sum()) if len(level_groups) else 0,
-                "learnable_generated_pct": round(100 * float(level_groups["learnable"].mean()), 2)
-                if len(level_groups) else None,
-                "learnable_kept_pct": round(100 * float(level_groups[level_groups["kept"]]["learnable"].mean()), 2)
-                if len(level_groups) and level_groups["kept"].any() else None,
-                "buffer_fill": round(float((level_steps["groups_kept"] / lv.prompts_per_step).mean()), 4)
-                if "groups_kept" in level_steps else None,
-                "mean_completion_length": round(float(level_steps["completions/mean_length"].mean()), 2)
-                if "completions/mean_length" in level_steps else None,
-            }
-            if is_main:
-                artifacts.write_json(record_path, record)
-            level_records.append(record)
-            previous = layout.list_checkpoints(lv_ckpt)[local]
-        offset += local
-        budget_spent = level_spent
-        del trainer, model
+            run.output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        local = trainer.state.global_step
+    written = recorder.write(run.folder.path)  # every process's groups
+    level_spent = budget.spent()
+    if one:
+        run.saved |= tidy.saved
+    else:
+        if local < lv.steps and not level_spent:  # stopped early (a callback): the run stops here
+            run.offset += local
+            return False
+        _record_level(run, i, lv, ckpt_dir, level_record(lv, local, run.offset, level_spent, written, recorder.steps))
+    run.offset += local
+    run.budget_spent = level_spent
+    return True
 
-    if recorder is None:  # every level was finished before an interruption
-        steps, groups = run_folder.previous_rows(run_dir, offset) if is_main else ([], [])
-        recorder = Recorder(task, levels[-1].group_size, steps, groups)
-    step_times = pd.DataFrame(recorder.steps).get("step_time", pd.Series(dtype=float))
-    finished = offset >= max_steps or budget_spent
-    if levels[0].name is not None:
-        finished = len(level_records) == len(levels)
-    if is_main:
-        every = {s for s in range(cfg.train.save_steps, offset + 1, cfg.train.save_steps)} if levels[0].name is None else set()
-        run_folder.check_nothing_lost(run_dir, had | every | {s for t in tidies for s in t.saved}, manifest_path)
-    write_manifest("complete" if finished else "stopped", offset, {
-        "sha256": artifacts.digests(run_dir, [f for f in run_folder.RUN_FILES if (run_dir / f).is_file()] + run_folder.adapter_files(run_dir)
-                                    + [artifacts.relative(p, run_dir) for p in sorted(run_dir.glob("levels/*/level.json"))]),
-        "seconds_this_session": round(time.perf_counter() - t0, 1),
+
+def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Recorder,
+             budget: Budget) -> tuple[Trainer, Tidy]:
+    """TRL's trainer of level ``i``, on the level's prompts, with the run's callbacks (rows,
+    budget, checkpoint tidying, progress bar); the LoRA adapter fresh, or the previous level's.
+    Writes the effective GRPOConfig and LoRA config (``trl_config.json``)."""
+    cfg, one = run.cfg, lv.name is None
+    level_rows = run.rows if one else run.rows[run.rows["level"] == lv.name]
+    if len(level_rows) < lv.prompts_per_step:
+        raise ValueError(f"eprli level {lv.name!r}: {len(level_rows)} prompts, fewer than its buffer_size "
+                         f"= {lv.prompts_per_step}")
+    model, tokenizer, dataset = _level_data(cfg, lv, level_rows)
+    tidy = Tidy(ckpt_dir)
+    callbacks = [recorder, budget, tidy] + (
+        [Progress(layout.run_id(run.strategy, run.seed) + ("" if one else f" {lv.name}"))] if run.progress else [])
+    peft_config = lora_config(cfg)
+    set_seed(run.seed)  # PEFT draws the LoRA init before TRL seeds anything
+    if run.adapter is not None:  # the adapter carries on from the level before
+        model = peft.PeftModel.from_pretrained(model, str(run.adapter), is_trainable=True)
+        peft_config = None
+    with quiet_renamed_arguments():
+        args = GRPOConfig(**grpo_kwargs(cfg, run.seed, ckpt_dir, run.n_processes, lv))
+        trainer = Trainer(
+            model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
+            processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
+            recorder=recorder, run_dir=run.folder.path, dynamic_rounds=lv.dynamic_rounds,
+            merge_for_generation=cfg.train.merge_lora_for_generation,
+        )
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict
+    for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
+        if isinstance(cb, TensorBoardCallback):
+            cb.logging_dir = str(run.folder.tensorboard / ("" if one else f"{i + 1}-{lv.name}"))
+    if run.is_main and (one or i == 0):
+        peft_dict = {k: sorted(v) if isinstance(v, set) else v for k, v in lora_config(cfg).to_dict().items()}
+        run.folder.write_trl_config({"grpo": args.to_dict(), "peft": peft_dict})
+    if run.is_main and not one:
+        run.folder.write_trl_config({"grpo": args.to_dict()}, level=run.folder.level_dir(i, lv.name))
+    return trainer, tidy
+
+
+def _level_data(cfg: Config, lv: eprli.Level, level_rows: pd.DataFrame):
+    """The model, its tokenizer and the level's prompts as a dataset; a prompt that cannot fit
+    (too long, or no room for ``max_completion_length``) is an error before training starts."""
+    model, tokenizer = resolve.load_model(cfg)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"{resolve.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
+    tokenizer.padding_side = "left"
+    check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
+    check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
+              context_length(model), cfg.model.chat_template_kwargs, "train", "max_completion_length")
+    return model, tokenizer, Dataset.from_list(level_rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
+
+
+def level_record(lv: eprli.Level, local: int, offset: int, spent: bool, groups: list[dict], steps: list[dict]) -> dict:
+    """What an EPRLI level did (``level.json``, and the manifest's ``levels``): its steps in the
+    run, whether its budget was spent, and its generated groups and logged steps summarised."""
+    level_groups = pd.DataFrame([g for g in groups if g["level"] == lv.name])
+    level_steps = pd.DataFrame([r for r in steps if r.get("level") == lv.name])
+    return {
+        "level": lv.name, "local_steps": local, "steps_done": local, "first_step": offset + 1,
+        "last_step": offset + local, "budget_spent": spent,
+        "completions_generated": int(level_groups["rewards"].map(len).sum()) if len(level_groups) else 0,
+        "learnable_generated_pct": round(100 * float(level_groups["learnable"].mean()), 2)
+        if len(level_groups) else None,
+        "learnable_kept_pct": round(100 * float(level_groups[level_groups["kept"]]["learnable"].mean()), 2)
+        if len(level_groups) and level_groups["kept"].any() else None,
+        "buffer_fill": round(float((level_steps["groups_kept"] / lv.prompts_per_step).mean()), 4)
+        if "groups_kept" in level_steps else None,
+        "mean_completion_length": round(float(level_steps["completions/mean_length"].mean()), 2)
+        if "completions/mean_length" in level_steps else None,
+    }
+
+
+def _record_level(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, record: dict) -> None:
+    """A finished EPRLI level: its adapters renumbered into the run's checkpoints, its record
+    written; the next level carries on from its last adapter."""
+    if run.is_main:
+        eprli.copy_adapters(ckpt_dir, run.folder.checkpoints, run.offset)
+        run.folder.write_level_record(i, lv.name, record)
+    run.level_records.append(record)
+    run.adapter = layout.list_checkpoints(ckpt_dir)[record["local_steps"]]
+
+
+def finish(run: Run) -> None:
+    """Record the run: "complete" (every step done, or its completion budget spent; an EPRLI run:
+    every level), else "stopped"; the digests of its files, its timings and completions. A run
+    that lost files while it trained is set aside and refused (:meth:`RunFolder.check_nothing_lost`)."""
+    if run.recorder is None:  # every level was finished before an interruption
+        steps, groups = run.folder.previous_rows(run.offset) if run.is_main else ([], [])
+        run.recorder = Recorder(run.task, run.levels[-1].group_size, steps, groups)
+    step_times = pd.DataFrame(run.recorder.steps).get("step_time", pd.Series(dtype=float))
+    if run.is_eprli:
+        finished = len(run.level_records) == len(run.levels)
+    else:
+        finished = run.offset >= run.max_steps or run.budget_spent
+    if run.is_main:
+        save_steps = run.cfg.train.save_steps
+        every = set() if run.is_eprli else set(range(save_steps, run.offset + 1, save_steps))
+        run.folder.check_nothing_lost(run.saved | every)
+    run.write_manifest("complete" if finished else "stopped", run.offset, {  # every process: a collective below
+        "sha256": run.folder.digests(),
+        "seconds_this_session": round(time.perf_counter() - run.t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
-        "train_loss": output.training_loss if output is not None else None,
-        "completions_generated": devices.sum_over_processes([recorder.completions_generated()])[0],  # main: earlier sessions' too
-        "budget_spent": finished and offset < max_steps,
+        "train_loss": run.output.training_loss if run.output is not None else None,
+        "completions_generated": devices.sum_over_processes([run.recorder.completions_generated()])[0],  # main: earlier sessions' too
+        "budget_spent": finished and run.offset < run.max_steps,
     })
-    return run_dir
 
 
 def launch_command(params_file: Path, strategy: str, seed: int, n_processes: int, port: int) -> list[str]:
@@ -321,7 +393,7 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
             shutil.rmtree(run_dir)
     port = devices.free_port()  # several launched runs may share a node
     with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
-        params_file = Path(tmp) / "params.yaml"
+        params_file = Path(tmp) / layout.PARAMS
         params_file.write_text(params.dump(cfg))
         cmd = launch_command(params_file, strategy, seed, n_processes, port)
         done = subprocess.run(cmd, capture_output=True, text=True)

@@ -18,6 +18,8 @@ from trl.trainer.utils import RepeatSampler
 
 from diffgrpo.store import artifacts, layout
 from diffgrpo.models import devices
+from diffgrpo.params import Config
+from diffgrpo.train.levels import Level
 from diffgrpo.train.records import Recorder
 
 
@@ -63,7 +65,7 @@ LEFT_PADDED = ("prompt_ids", "prompt_mask")
 #: the loss types whose loss is a mean over the rows (sequences) of a pass: a padded update is
 #: weighed back to its kept rows (``loss_scale``). "dapo" divides by the update's token count
 #: (``num_items_in_batch``), which padded rows do not enter; "bnpo" (each pass by its own tokens)
-#: cannot weigh a part-filled update as one pass (curriculum.check_levels_fit refuses it).
+#: cannot weigh a part-filled update as one pass (:func:`check_levels_fit` refuses it).
 ROW_MEAN_LOSSES = ("grpo", "dr_grpo")
 #: per-step records of generation, always logged (steps.parquet)
 GENERATION_METRICS = ("groups_generated", "groups_kept", "dropped_all_correct", "dropped_all_wrong",
@@ -141,6 +143,23 @@ def loss_scale(loss_type: str, rows: int, n_processes: int, kept_rows: int) -> f
     if loss_type not in ROW_MEAN_LOSSES or kept_rows == 0:
         return 1.0
     return rows * n_processes / kept_rows
+
+
+def check_levels_fit(levels: list[Level], cfg: Config, n_processes: int) -> None:
+    """What dynamic sampling cannot do: with several passes per update (gradient accumulation,
+    or several processes) a part-filled update is padded with masked rows, which weighs its
+    groups as one pass over them would for the "grpo", "dr_grpo" and "dapo" losses
+    (:func:`loss_scale`), not for "bnpo", which normalises each pass by its own tokens."""
+    for lv in levels:
+        if lv.dynamic_rounds is None or cfg.train.loss_type != "bnpo":
+            continue
+        b = devices.batching(lv.prompts_per_step, lv.group_size, n_processes, cfg.train.per_device_prompts)
+        if n_processes > 1 or b.gradient_accumulation_steps > 1:
+            raise ValueError(f"dynamic sampling with train.loss_type 'bnpo' needs one process and one pass per update "
+                             f"(here {n_processes} process(es), {b.gradient_accumulation_steps} passes): bnpo "
+                             "normalises each pass by its own tokens, so an update that dynamic sampling leaves "
+                             "part-filled cannot weigh its groups as one pass does. Use loss_type dapo or grpo, or "
+                             "set train.per_device_prompts to null and launch one process")
 
 
 class Trainer(GRPOTrainer):

@@ -44,7 +44,7 @@ def _study_rows(cfg: Config, own: dict) -> list[tuple[str, Config, dict | None, 
         other = params.load(entry)
         if other.study == cfg.study:
             continue  # a list shared by several studies (in a base file) names each of them
-        path = layout.report_dir(other) / "summary.json"
+        path = layout.report_dir(other) / layout.REPORT_SUMMARY
         if path.exists():
             written = dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
             out.append((entry, other, json.loads(path.read_text()), written))

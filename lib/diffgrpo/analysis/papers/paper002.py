@@ -40,10 +40,10 @@ def write(study) -> dict:
     arms = {}
     for r in runs[runs["strategy"].isin(eprli_arms)].to_dict("records"):
         rid = layout.run_id(r["strategy"], r["seed"])
-        manifest = read_json(layout.runs_dir(root) / rid / "manifest.json")
-        groups = read_parquet(layout.runs_dir(root) / rid / "groups.parquet", "03_train")
+        manifest = read_json(layout.runs_dir(root) / rid / layout.MANIFEST)
+        groups = read_parquet(layout.runs_dir(root) / rid / layout.GROUPS, "03_train")
         kept = groups[groups["kept"]]
-        evals = read_parquet(layout.eval_dir(cfg, rid) / "summary.parquet", "04_evaluate").set_index("step")[study.metric]
+        evals = read_parquet(layout.eval_dir(cfg, rid) / layout.EVAL_SUMMARY, "04_evaluate").set_index("step")[study.metric]
         levels = [{**lv, "acc_at_end": _round(evals.get(lv["last_step"], np.nan))} for lv in manifest.get("levels") or []]
         arms[rid] = {
             "strategy": r["strategy"], "seed": int(r["seed"]), "acc": _round(r["final_acc"]),
