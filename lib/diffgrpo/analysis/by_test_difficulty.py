@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diffgrpo.analysis.tables import strategy_order
+from diffgrpo.analysis.tables import arm_order
 from diffgrpo.analysis.uncertainty import ALPHA, Bootstrap, MeanDist, interval, mean_dist
 
 
@@ -69,7 +69,7 @@ def by_bin(scores, p_hat: np.ndarray, edges: list[float], n_boot: int, seed: int
     for b, label in enumerate(bin_labels(edges)):
         mask = idx == b
         boot = Bootstrap(int(mask.sum()), n_boot, seed) if mask.sum() >= 2 else None  # shared by the bin's arms
-        for strategy in strategy_order(s for s, _ in scores.runs):
+        for strategy in arm_order(s for s, _ in scores.runs):
             row = {"bin": label, "strategy": strategy}
             row.update(_gain(scores, strategy, mask, boot)[0] if boot else {"n_prompts": int(mask.sum())})
             rows.append(row)
@@ -89,7 +89,7 @@ def matched(scores, p_hat: np.ndarray, ranges: dict[str, tuple[float, float]],
     resampled as ``boot`` is), with the distributions behind the intervals."""
     rows, dists = [], {}
     everything = np.ones(len(p_hat), bool)
-    for strategy in strategy_order(s for s, _ in scores.runs):
+    for strategy in arm_order(s for s, _ in scores.runs):
         lo, hi = ranges[strategy]
         own = (p_hat >= lo - 1e-9) & (p_hat <= hi + 1e-9)
         for scoring, mask in (("common", everything), ("matched", own)):

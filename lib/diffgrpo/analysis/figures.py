@@ -11,13 +11,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diffgrpo.store import layout
-from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, STRATEGY_ORDER, strategy_order
+from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, ARM_ORDER, arm_order
 from diffgrpo.analysis.uncertainty import fit_line
 
 def _colors(strategies: Iterable[str]) -> dict[str, str]:
     """One color per strategy, the same in every figure: 003's four first, the base grey."""
-    others = [s for s in strategy_order(strategies) if s not in (layout.BASE_RUN, *STRATEGY_ORDER)]
-    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*STRATEGY_ORDER, *others])}
+    others = [s for s in arm_order(strategies) if s not in (layout.BASE_RUN, *ARM_ORDER)]
+    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*ARM_ORDER, *others])}
 
 
 
@@ -63,11 +63,11 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
                 ax.scatter(d["learnable_pct"], d["gain_pp"], facecolors="none", edgecolors=colors[s], marker=markers[m])
             else:
                 ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
-        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])
+        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arm_order(df["strategy"])
                    if s not in control]
         handles += [Line2D([], [], ls="", marker="o", mfc="none", color=colors[s],
                            label=f"{s} (control): not fitted")
-                    for s in strategy_order(df["strategy"]) if s in control]
+                    for s in arm_order(df["strategy"]) if s in control]
         handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
         fitted = df[~df["strategy"].isin(control)]
         fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"])
@@ -129,7 +129,7 @@ def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     wide = tiers.pivot(index="tier", columns="strategy", values="value")
-    strategies = strategy_order(wide.columns)
+    strategies = arm_order(wide.columns)
     width = 0.8 / max(len(strategies), 1)
     colors = _colors(strategies)
     x = np.arange(len(wide.index))
@@ -150,7 +150,7 @@ def plot_test_bins(bins: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     data = bins.dropna(subset=["gain_pp"]) if "gain_pp" in bins else bins.iloc[0:0]
     labels = list(dict.fromkeys(bins["bin"]))
-    strategies = strategy_order(data["strategy"])
+    strategies = arm_order(data["strategy"])
     width = 0.8 / max(len(strategies), 1)
     colors = _colors(strategies)
     for i, s in enumerate(strategies):
@@ -174,7 +174,7 @@ def plot_matched_test(table: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     data = table.dropna(subset=["gain_pp"])
-    strategies = strategy_order(data["strategy"])
+    strategies = arm_order(data["strategy"])
     for j, (scoring, marker) in enumerate((("common", "o"), ("matched", "s"))):
         d = data[data["scoring"] == scoring].set_index("strategy").reindex(strategies)
         x = np.arange(len(strategies)) + (j - 0.5) * 0.25
@@ -197,7 +197,7 @@ def plot_confounds(steps: pd.DataFrame) -> Figure:
     colors = _colors(steps["strategy"])
     curves = steps.groupby(["strategy", "step"], sort=False)[cols].mean().reset_index()
     for ax, col in zip(axes, cols):
-        for s in strategy_order(curves["strategy"]):
+        for s in arm_order(curves["strategy"]):
             c = curves[curves["strategy"] == s].sort_values("step")
             ax.plot(c["step"], c[col].rolling(5, min_periods=1).mean(), color=colors[s], label=s)
         ax.set(xlabel="training step", ylabel={"mean_length": "completion length (tokens)",

@@ -16,7 +16,7 @@ import pandas as pd
 from diffgrpo.store import layout
 
 #: 003's column order; other strategies follow alphabetically, the base model comes first
-STRATEGY_ORDER = ("easy", "middle", "hard", "random")
+ARM_ORDER = ("easy", "middle", "hard", "random")
 
 
 
@@ -35,15 +35,15 @@ DIGITS = 4  # rounding of everything written, so notebook outputs compare exactl
 
 
 
-def strategy_order(names: Iterable[str]) -> list[str]:
+def arm_order(names: Iterable[str]) -> list[str]:
     names = list(dict.fromkeys(names))
-    head = [s for s in (layout.BASE_RUN, *STRATEGY_ORDER) if s in names]
+    head = [s for s in (layout.BASE_RUN, *ARM_ORDER) if s in names]
     return head + sorted(set(names) - set(head))
 
 
 
 def _sorted(df: pd.DataFrame, *then: str) -> pd.DataFrame:
-    rank = {s: i for i, s in enumerate(strategy_order(df["strategy"]))}
+    rank = {s: i for i, s in enumerate(arm_order(df["strategy"]))}
     key = lambda col: col.map(rank) if col.name == "strategy" else col  # noqa: E731
     return df.sort_values(["strategy", *then], key=key, kind="stable").reset_index(drop=True)
 
@@ -128,5 +128,5 @@ def wide_markdown(long: pd.DataFrame) -> str:
              for v, sd, a, b in zip(long["value"], long["sd"].astype(float), lo, hi)]
     wide = long.assign(cell=cells).pivot_table(
         index=["source", "dataset", "model", "metric"], columns="strategy", values="cell", aggfunc="first", sort=False)
-    return markdown(wide[strategy_order(long["strategy"])].reset_index().fillna(""))
+    return markdown(wide[arm_order(long["strategy"])].reset_index().fillna(""))
 
