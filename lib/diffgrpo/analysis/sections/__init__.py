@@ -35,7 +35,7 @@ a plugin file the params key ``plugins:`` names (docs/extending.md) or before th
         fig, ax = plt.subplots()
         ax.bar(best["strategy"], best["gain_pp"])
         save_figure(fig, study.out / "fig_best_seed.png")
-        return {"best_seed": dict(zip(best["strategy"], best["gain_pp"]))}
+        return {"best_seed": dict(zip(best["strategy"], best["gain_pp"].round(4)))}
 
     sections.register("best_seed", sys.modules[__name__])
 
