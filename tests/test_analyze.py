@@ -22,7 +22,7 @@ from diffgrpo.analysis import sections  # noqa: E402
 from diffgrpo.analysis.papers import paper000, paper_numbers  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
-# final greedy accuracy = base + DELTA[strategy] + 0.01 * seed; pass@1 gains half of that
+# final greedy accuracy = base + DELTA[arm] + 0.01 * seed; pass@1 gains half of that
 DELTA = {"easy": 0.02, "hard": 0.12}
 # of 4 groups per step, how many have mixed rewards
 MIXED = {"easy": 1, "hard": 3}
@@ -30,34 +30,34 @@ STEPS = (5, 10)
 N_PROMPTS, N_SAMPLES = 200, 4  # every accuracy above is a whole number of prompts (samples) of these
 
 
-def _groups(strategy: str) -> pd.DataFrame:
+def _groups(arm: str) -> pd.DataFrame:
     rows = []
     for step in (1, 2):
         for i in range(4):
-            rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[strategy] else [1.0] * 4
+            rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[arm] else [1.0] * 4
             rows.append({"step": step, "prompt_id": f"p{i}", "rewards": rewards, "scores": rewards,
                          "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards, ddof=1)),
                          "learnable": bool(np.ptp(rewards) > 0)})
     return pd.DataFrame(rows)
 
 
-def _steps(strategy: str) -> pd.DataFrame:
+def _steps(arm: str) -> pd.DataFrame:
     """TRL's logged generation metrics: easy's completions grow a token a step, hard's are
     truncated a tenth of the time."""
     step = np.arange(1, STEPS[-1] + 1)
-    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if strategy == "easy" else 0),
-                         "completions/clipped_ratio": 0.1 if strategy == "hard" else 0.0})
+    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if arm == "easy" else 0),
+                         "completions/clipped_ratio": 0.1 if arm == "hard" else 0.0})
 
 
-def _acc(strategy: str, seed: int, step: int) -> dict:
+def _acc(arm: str, seed: int, step: int) -> dict:
     """Accuracy rising linearly to the final value at the last checkpoint."""
-    d = (DELTA[strategy] + 0.01 * seed) * step / STEPS[-1]
+    d = (DELTA[arm] + 0.01 * seed) * step / STEPS[-1]
     return {"greedy_acc": BASE["greedy_acc"] + d, "pass@1": BASE["pass@1"] + d / 2, "pass@8": BASE["pass@8"] + d}
 
 
-def _tiers(rid: str, strategy: str, seed, step: int, acc: dict) -> pd.DataFrame:
+def _tiers(rid: str, arm: str, seed, step: int, acc: dict) -> pd.DataFrame:
     return pd.DataFrame([{"tier": t, "greedy_acc": acc["greedy_acc"] + (0.1 if t == 1 else -0.1),
-                          "pass@1": acc["pass@1"], "n_prompts": 10, "run_id": rid, "strategy": strategy,
+                          "pass@1": acc["pass@1"], "n_prompts": 10, "run_id": rid, "strategy": arm,
                           "seed": seed, "step": step} for t in (1, 2)])
 
 
@@ -72,42 +72,42 @@ def _samples(step: int, acc: dict) -> pd.DataFrame:
     return pd.concat([greedy, sampled], ignore_index=True)
 
 
-def _write_eval(root, rid, strategy, seed, accs: dict[int, dict], trained=None) -> None:
+def _write_eval(root, rid, arm, seed, accs: dict[int, dict], trained=None) -> None:
     out = root / "eval" / rid
     out.mkdir(parents=True)
     (out / "manifest.json").write_text(json.dumps({"steps": sorted(accs), "trained": trained}))
-    pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": N_PROMPTS}
+    pd.DataFrame([{"run_id": rid, "strategy": arm, "seed": seed, "step": s, **a, "n_prompts": N_PROMPTS}
                   for s, a in accs.items()]).to_parquet(out / "summary.parquet")
     # a run's samples.parquet holds its trained checkpoints; the base model's, step 0
     steps = [s for s in accs if s > 0] or [0]
     pd.concat([_samples(s, accs[s]) for s in steps], ignore_index=True).to_parquet(out / "samples.parquet")
-    pd.concat([_tiers(rid, strategy, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
+    pd.concat([_tiers(rid, arm, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
 
 
-def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
-    """A study folder as the train, evaluate and select stages write it (2 strategies x 2 seeds)."""
+def make_study(root, arms=("easy", "hard"), seeds=(0, 1)):
+    """A study folder as the train, evaluate and select stages write it (2 arms x 2 seeds)."""
     _write_eval(root, layout.BASE_RUN, layout.BASE_RUN, None, {0: BASE})
-    for strategy in strategies:
+    for arm in arms:
         for seed in seeds:
-            rid = layout.run_id(strategy, seed)
+            rid = layout.run_id(arm, seed)
             run = root / "runs" / rid
             run.mkdir(parents=True)
             manifest = {"key": {"train": {"seed": seed}}, "model": {"name": "tiny", "path": "x"},
                         "task": {"name": "shuffled_objects"},
-                        "strategy": strategy, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
-                        "num_prompts": 3 if strategy == "easy" else 4,
+                        "strategy": arm, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
+                        "num_prompts": 3 if arm == "easy" else 4,
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
-            _groups(strategy).to_parquet(run / "groups.parquet")
-            _steps(strategy).to_parquet(run / "steps.parquet")
+            _groups(arm).to_parquet(run / "groups.parquet")
+            _steps(arm).to_parquet(run / "steps.parquet")
             # the evaluate stage repeats the base row as each run's step 0
-            _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}},
+            _write_eval(root, rid, arm, seed, {0: BASE, **{s: _acc(arm, seed, s) for s in STEPS}},
                         trained=layout.trained_identity(manifest))
     select = root / "select"
     select.mkdir()
-    for strategy, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
-        pd.DataFrame({"id": [f"{strategy}{i}" for i in range(len(p_hats))], "p_hat": p_hats, "tier": 1,
-                      "strategy": strategy, "seed": 0}).to_parquet(select / f"{strategy}.parquet")
+    for arm, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
+        pd.DataFrame({"id": [f"{arm}{i}" for i in range(len(p_hats))], "p_hat": p_hats, "tier": 1,
+                      "strategy": arm, "seed": 0}).to_parquet(select / f"{arm}.parquet")
     return root
 
 
@@ -189,7 +189,7 @@ def test_fit_line_says_why_r2_is_undefined(x, y, why):
 
 def test_paper_regression_from_reported_numbers():
     """003's Figure 3 states R^2 = 0.66; its 28 (learnable %, gain) points (Tables 1+2: 3 models
-    x 2 datasets x 4 strategies, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
+    x 2 datasets x 4 arms, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
     0.670 and the 16 GSM8K points 0.659, the subset nearest the stated value."""
     rep = paper_numbers.reported(["003"])
     points = paper_numbers.paper_points(rep)
@@ -601,14 +601,14 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     DELTA.update(random=0.06, random_reward=0.0)
     MIXED.update(random=2, random_reward=2)
     try:
-        root = make_study(layout.study_dir(cfg), strategies=("hard", "random", "random_reward"), seeds=(0, 1, 2))
+        root = make_study(layout.study_dir(cfg), arms=("hard", "random", "random_reward"), seeds=(0, 1, 2))
     finally:
         for k in ("random", "random_reward"):
             DELTA.pop(k), MIXED.pop(k)
     for s in (0, 1, 2):
-        for strategy in ("random", "random_reward"):
-            pd.DataFrame({"id": ["r0", "r1"], "p_hat": [0.5, 0.1 * s], "strategy": strategy, "seed": 0,
-                          "train_seed": s}).to_parquet(layout.selection_file(cfg, strategy, s))
+        for arm in ("random", "random_reward"):
+            pd.DataFrame({"id": ["r0", "r1"], "p_hat": [0.5, 0.1 * s], "strategy": arm, "seed": 0,
+                          "train_seed": s}).to_parquet(layout.selection_file(cfg, arm, s))
         # the control's rewards are random (never mixed here); its verifier scores are what counts
         run = layout.run_dir(cfg, "random_reward", s) / "groups.parquet"
         g = pd.read_parquet(run)

@@ -109,7 +109,7 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
     """One row per complete run: base and final accuracy at ``metric``, gain in points, learnable %.
 
     Incomplete runs are skipped with a warning that names them: their last checkpoint is not
-    the budget the strategies are compared at.
+    the budget the arms are compared at.
     """
     root = study_path(study)
     if run_ids is None and isinstance(study, Config):
@@ -146,30 +146,30 @@ def collect_runs(study: Config | str | Path, metric: str = "greedy_acc",
 
 
 def selection_p_hat(study_dir: Path) -> pd.DataFrame:
-    """p_hat of every selected prompt, per strategy (the data behind the p_hat figure)."""
+    """p_hat of every selected prompt, per arm (the data behind the p_hat figure)."""
     files = sorted(layout.selections_dir(study_dir).glob("*.parquet"))
     if not files:
-        raise FileNotFoundError(f"no select/<strategy>.parquet under {study_dir}: run the select stage first")
+        raise FileNotFoundError(f"no select/<arm>.parquet under {study_dir}: run the select stage first")
     frames = [read_parquet(f, "02_select").pipe(_selection_rows, f.stem) for f in files]
     return _sorted(pd.concat(frames, ignore_index=True), "id")
 
 
 
 def _selection_rows(sel: pd.DataFrame, stem: str) -> pd.DataFrame:
-    """id, p_hat, strategy and train_seed (None: shared by every seed) of one selection file."""
-    strategy = sel["strategy"].iloc[0] if "strategy" in sel and len(sel) else stem
+    """id, p_hat, strategy (the arm) and train_seed (None: shared by every seed) of one selection file."""
+    arm = sel["strategy"].iloc[0] if "strategy" in sel and len(sel) else stem
     seed = sel["train_seed"] if "train_seed" in sel else None
-    return sel[["id", "p_hat"]].assign(strategy=strategy, train_seed=seed)
+    return sel[["id", "p_hat"]].assign(strategy=arm, train_seed=seed)
 
 
 
 def study_selections(cfg: Config) -> pd.DataFrame:
-    """p_hat of every prompt the study's planned runs train on: one block per strategy, or per
-    (strategy, seed) for a per-seed policy."""
+    """p_hat of every prompt the study's planned runs train on: one block per arm, or per
+    (arm, seed) for a per-seed policy."""
     frames = []
-    for strategy in dict.fromkeys(s for s, _ in layout.planned_runs(cfg)):
-        for seed in cfg.train.seeds if select.per_seed(cfg.arm(strategy).select) else [None]:
-            path = layout.selection_file(cfg, strategy, seed)
+    for arm in dict.fromkeys(s for s, _ in layout.planned_runs(cfg)):
+        for seed in cfg.train.seeds if select.per_seed(cfg.arm(arm).select) else [None]:
+            path = layout.selection_file(cfg, arm, seed)
             frames.append(read_parquet(path, "02_select").pipe(_selection_rows, path.stem))
     return _sorted(pd.concat(frames, ignore_index=True), "id")
 
@@ -211,18 +211,18 @@ class Scores:
         self.prompts = base.index
         self.base = base[0].to_numpy(float)
         self.runs: dict[tuple[str, int], pd.DataFrame] = {}
-        for strategy, seed in zip(runs["strategy"], runs["seed"]):
-            rid = layout.run_id(strategy, seed)
+        for arm, seed in zip(runs["strategy"], runs["seed"]):
+            rid = layout.run_id(arm, seed)
             scores = prompt_scores(study_dir, rid, metric)
             if set(scores.index) != set(self.prompts) or scores.isna().any().any():
                 raise ValueError(f"eval/{rid}/samples.parquet does not score the base model's {len(self.prompts)} "
                                  "test prompts at every step: rerun the evaluate stage (04_evaluate)")
-            self.runs[strategy, int(seed)] = scores.reindex(self.prompts)
+            self.runs[arm, int(seed)] = scores.reindex(self.prompts)
 
     @classmethod
     def of(cls, base: np.ndarray, final: dict[tuple[str, int], np.ndarray | dict[int, np.ndarray]],
            step: int = 1) -> "Scores":
-        """Scores from arrays (base: per prompt; final: per (strategy, seed), per prompt at ``step``,
+        """Scores from arrays (base: per prompt; final: per (arm, seed), per prompt at ``step``,
         or a curve: {step: per prompt})."""
         self = cls.__new__(cls)
         self.prompts = pd.Index([f"t{i}" for i in range(len(base))], name="prompt_id")
@@ -239,19 +239,19 @@ class Scores:
         out.runs = {k: v.loc[out.prompts] for k, v in self.runs.items()}
         return out
 
-    def seeds(self, strategy: str) -> list[int]:
-        return sorted(seed for s, seed in self.runs if s == strategy)
+    def seeds(self, arm: str) -> list[int]:
+        return sorted(seed for s, seed in self.runs if s == arm)
 
-    def steps(self, strategy: str) -> list[int]:
+    def steps(self, arm: str) -> list[int]:
         """Trained steps evaluated in every seed of the arm."""
-        sets = [set(self.runs[strategy, seed].columns) - {0} for seed in self.seeds(strategy)]
+        sets = [set(self.runs[arm, seed].columns) - {0} for seed in self.seeds(arm)]
         return sorted(set.intersection(*sets))
 
-    def at(self, strategy: str, step: int | None = None, seeds: list[int] | None = None) -> np.ndarray:
+    def at(self, arm: str, step: int | None = None, seeds: list[int] | None = None) -> np.ndarray:
         """prompts x seeds scores of one arm at ``step`` (None: each run's final checkpoint)."""
         cols = []
-        for seed in seeds or self.seeds(strategy):
-            df = self.runs[strategy, seed]
+        for seed in seeds or self.seeds(arm):
+            df = self.runs[arm, seed]
             cols.append(df[max(c for c in df.columns if c > 0) if step is None else step].to_numpy(float))
         return np.column_stack(cols)
 
