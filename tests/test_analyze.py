@@ -439,7 +439,14 @@ def test_a_new_metric_is_one_section_and_its_figure(study):
             assert shown[0].endswith("fig2_accuracy_by_checkpoint.png") and shown[-1] == str(out / "fig_best_seed.png")
     finally:
         sections.unregister("best_seed")
-    assert "best_seed" not in analyze.report(study)
+    assert "best_seed" not in sections.names()
+    # summary.json has one owner per key
+    sections.register("clash", SimpleNamespace(TABLES=(), FIGURES=(), write=lambda study: {"arms": {}}))
+    try:
+        with pytest.raises(ValueError, match=r"'clash' writes summary.json keys another section wrote: \['arms'\]"):
+            analyze.report(study)
+    finally:
+        sections.unregister("clash")
 
 
 def test_a_section_declares_what_it_writes():

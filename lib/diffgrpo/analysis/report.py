@@ -380,7 +380,10 @@ def report(cfg: Config) -> dict:
     study = read_study(cfg)
     summary = {}
     for name in sections.names():
-        summary |= sections.get(name).write(study)
+        part = sections.get(name).write(study)
+        if taken := sorted(set(part) & set(summary)):
+            raise ValueError(f"report section {name!r} writes summary.json keys another section wrote: {taken}")
+        summary |= part
     for paper in cfg.analyze.reports:
         summary[paper] = papers.get(paper).write(study)
     if cfg.analyze.compare:

@@ -22,7 +22,7 @@ a plugin file the params key ``plugins:`` names (docs/extending.md) or before th
     # best_seed.py
     import sys
 
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from diffgrpo.analysis import sections
     from diffgrpo.store.artifacts import save_figure
@@ -32,15 +32,17 @@ a plugin file the params key ``plugins:`` names (docs/extending.md) or before th
     def write(study):
         best = study.runs.groupby("strategy", as_index=False)["gain_pp"].max()  # column `strategy`: the arm
         study.write_table("best_seed", "Best seed's gain per arm (points)", best)
-        fig, ax = plt.subplots()
-        ax.bar(best["strategy"], best["gain_pp"])
+        fig = Figure()
+        fig.subplots().bar(best["strategy"], best["gain_pp"])
         save_figure(fig, study.out / "fig_best_seed.png")
         return {"best_seed": dict(zip(best["strategy"], best["gain_pp"].round(4)))}
 
     sections.register("best_seed", sys.modules[__name__])
 
-It runs after the built-in sections; its keys must not be a built-in section's (``summary.json``
-has one owner per key). A section that belongs to every study's report goes here instead, as
+(docs/extending.md shows the same; ``tests/test_analyze.py`` registers it and finds its table,
+its metric and its figure in the report and in the notebook's figure list.) It runs after the
+built-in sections; a key of ``summary.json`` another section wrote already is refused (one owner
+per key). A section that belongs to every study's report goes here instead, as
 ``sections/<name>.py``, named in :data:`BUILT_IN`.
 """
 
