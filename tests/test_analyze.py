@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 import numpy as np
@@ -13,13 +15,14 @@ import pytest
 
 matplotlib.use("Agg")
 
-from diffgrpo.analysis import report as analyze, calibration, tables, uncertainty
+from diffgrpo.analysis import report as analyze, calibration, learnability, tables, uncertainty
 from diffgrpo.store import layout
-from diffgrpo import params, select  # noqa: E402
+from diffgrpo import params  # noqa: E402
+from diffgrpo.analysis import sections  # noqa: E402
 from diffgrpo.analysis.papers import paper000, paper_numbers  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
-# final greedy accuracy = base + DELTA[strategy] + 0.01 * seed; pass@1 gains half of that
+# final greedy accuracy = base + DELTA[arm] + 0.01 * seed; pass@1 gains half of that
 DELTA = {"easy": 0.02, "hard": 0.12}
 # of 4 groups per step, how many have mixed rewards
 MIXED = {"easy": 1, "hard": 3}
@@ -27,34 +30,34 @@ STEPS = (5, 10)
 N_PROMPTS, N_SAMPLES = 200, 4  # every accuracy above is a whole number of prompts (samples) of these
 
 
-def _groups(strategy: str) -> pd.DataFrame:
+def _groups(arm: str) -> pd.DataFrame:
     rows = []
     for step in (1, 2):
         for i in range(4):
-            rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[strategy] else [1.0] * 4
+            rewards = [1.0, 0.0, 1.0, 1.0] if i < MIXED[arm] else [1.0] * 4
             rows.append({"step": step, "prompt_id": f"p{i}", "rewards": rewards, "scores": rewards,
                          "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards, ddof=1)),
                          "learnable": bool(np.ptp(rewards) > 0)})
     return pd.DataFrame(rows)
 
 
-def _steps(strategy: str) -> pd.DataFrame:
+def _steps(arm: str) -> pd.DataFrame:
     """TRL's logged generation metrics: easy's completions grow a token a step, hard's are
     truncated a tenth of the time."""
     step = np.arange(1, STEPS[-1] + 1)
-    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if strategy == "easy" else 0),
-                         "completions/clipped_ratio": 0.1 if strategy == "hard" else 0.0})
+    return pd.DataFrame({"step": step, "loss": 0.0, "completions/mean_length": 20.0 + (step if arm == "easy" else 0),
+                         "completions/clipped_ratio": 0.1 if arm == "hard" else 0.0})
 
 
-def _acc(strategy: str, seed: int, step: int) -> dict:
+def _acc(arm: str, seed: int, step: int) -> dict:
     """Accuracy rising linearly to the final value at the last checkpoint."""
-    d = (DELTA[strategy] + 0.01 * seed) * step / STEPS[-1]
+    d = (DELTA[arm] + 0.01 * seed) * step / STEPS[-1]
     return {"greedy_acc": BASE["greedy_acc"] + d, "pass@1": BASE["pass@1"] + d / 2, "pass@8": BASE["pass@8"] + d}
 
 
-def _tiers(rid: str, strategy: str, seed, step: int, acc: dict) -> pd.DataFrame:
+def _tiers(rid: str, arm: str, seed, step: int, acc: dict) -> pd.DataFrame:
     return pd.DataFrame([{"tier": t, "greedy_acc": acc["greedy_acc"] + (0.1 if t == 1 else -0.1),
-                          "pass@1": acc["pass@1"], "n_prompts": 10, "run_id": rid, "strategy": strategy,
+                          "pass@1": acc["pass@1"], "n_prompts": 10, "run_id": rid, "strategy": arm,
                           "seed": seed, "step": step} for t in (1, 2)])
 
 
@@ -69,42 +72,42 @@ def _samples(step: int, acc: dict) -> pd.DataFrame:
     return pd.concat([greedy, sampled], ignore_index=True)
 
 
-def _write_eval(root, rid, strategy, seed, accs: dict[int, dict], trained=None) -> None:
+def _write_eval(root, rid, arm, seed, accs: dict[int, dict], trained=None) -> None:
     out = root / "eval" / rid
     out.mkdir(parents=True)
     (out / "manifest.json").write_text(json.dumps({"steps": sorted(accs), "trained": trained}))
-    pd.DataFrame([{"run_id": rid, "strategy": strategy, "seed": seed, "step": s, **a, "n_prompts": N_PROMPTS}
+    pd.DataFrame([{"run_id": rid, "strategy": arm, "seed": seed, "step": s, **a, "n_prompts": N_PROMPTS}
                   for s, a in accs.items()]).to_parquet(out / "summary.parquet")
     # a run's samples.parquet holds its trained checkpoints; the base model's, step 0
     steps = [s for s in accs if s > 0] or [0]
     pd.concat([_samples(s, accs[s]) for s in steps], ignore_index=True).to_parquet(out / "samples.parquet")
-    pd.concat([_tiers(rid, strategy, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
+    pd.concat([_tiers(rid, arm, seed, s, a) for s, a in accs.items()]).to_parquet(out / "tiers.parquet")
 
 
-def make_study(root, strategies=("easy", "hard"), seeds=(0, 1)):
-    """A study folder as the train, evaluate and select stages write it (2 strategies x 2 seeds)."""
+def make_study(root, arms=("easy", "hard"), seeds=(0, 1)):
+    """A study folder as the train, evaluate and select stages write it (2 arms x 2 seeds)."""
     _write_eval(root, layout.BASE_RUN, layout.BASE_RUN, None, {0: BASE})
-    for strategy in strategies:
+    for arm in arms:
         for seed in seeds:
-            rid = layout.run_id(strategy, seed)
+            rid = layout.run_id(arm, seed)
             run = root / "runs" / rid
             run.mkdir(parents=True)
             manifest = {"key": {"train": {"seed": seed}}, "model": {"name": "tiny", "path": "x"},
                         "task": {"name": "shuffled_objects"},
-                        "strategy": strategy, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
-                        "num_prompts": 3 if strategy == "easy" else 4,
+                        "strategy": arm, "seed": seed, "status": "complete", "steps_done": STEPS[-1],
+                        "num_prompts": 3 if arm == "easy" else 4,
                         "max_steps": STEPS[-1], "checkpoints": [f"checkpoints/checkpoint-{s}" for s in STEPS]}
             (run / "manifest.json").write_text(json.dumps(manifest))
-            _groups(strategy).to_parquet(run / "groups.parquet")
-            _steps(strategy).to_parquet(run / "steps.parquet")
+            _groups(arm).to_parquet(run / "groups.parquet")
+            _steps(arm).to_parquet(run / "steps.parquet")
             # the evaluate stage repeats the base row as each run's step 0
-            _write_eval(root, rid, strategy, seed, {0: BASE, **{s: _acc(strategy, seed, s) for s in STEPS}},
+            _write_eval(root, rid, arm, seed, {0: BASE, **{s: _acc(arm, seed, s) for s in STEPS}},
                         trained=layout.trained_identity(manifest))
     select = root / "select"
     select.mkdir()
-    for strategy, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
-        pd.DataFrame({"id": [f"{strategy}{i}" for i in range(len(p_hats))], "p_hat": p_hats, "tier": 1,
-                      "strategy": strategy, "seed": 0}).to_parquet(select / f"{strategy}.parquet")
+    for arm, p_hats in {"easy": [1.0, 1.0, 0.9], "hard": [0.0, 0.0, 0.1, 0.2]}.items():
+        pd.DataFrame({"id": [f"{arm}{i}" for i in range(len(p_hats))], "p_hat": p_hats, "tier": 1,
+                      "strategy": arm, "seed": 0}).to_parquet(select / f"{arm}.parquet")
     return root
 
 
@@ -123,9 +126,9 @@ def study(tmp_path, monkeypatch):
 def test_learnable_pct_counts_groups_with_mixed_rewards():
     groups = pd.DataFrame({"step": [1, 1, 2, 2], "prompt_id": ["a", "b", "a", "b"],
                            "rewards": [[1, 1, 1], [0, 1, 0], [0, 0, 0], [1.0, 0.0, 1.0]]})
-    assert analyze.learnable_pct(groups) == 50.0
+    assert learnability.learnable_pct(groups) == 50.0
     with pytest.raises(ValueError):
-        analyze.learnable_pct(groups.iloc[:0])
+        learnability.learnable_pct(groups.iloc[:0])
 
 
 # ---- collecting runs --------------------------------------------------------------------
@@ -186,7 +189,7 @@ def test_fit_line_says_why_r2_is_undefined(x, y, why):
 
 def test_paper_regression_from_reported_numbers():
     """003's Figure 3 states R^2 = 0.66; its 28 (learnable %, gain) points (Tables 1+2: 3 models
-    x 2 datasets x 4 strategies, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
+    x 2 datasets x 4 arms, Table 3: 4 Llama points) give 0.641. Tables 1+2 alone give
     0.670 and the 16 GSM8K points 0.659, the subset nearest the stated value."""
     rep = paper_numbers.reported(["003"])
     points = paper_numbers.paper_points(rep)
@@ -362,7 +365,7 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     # no probe of the pool in this folder: the posterior uses Jeffreys' prior
     assert summary["learnability_prior"] == {"alpha": 0.5, "beta": 0.5, "prior": "Jeffreys (no probe of the pool found)",
                                              "pool": None, "k": 8}
-    easy_posterior = 100 * np.mean([select.posterior_learnable([round(8 * p)], 8, 8) for p in (1.0, 1.0, 0.9)])
+    easy_posterior = 100 * np.mean([learnability.posterior_learnable([round(8 * p)], 8, 8) for p in (1.0, 1.0, 0.9)])
     assert summary["arms"]["easy"]["predicted_posterior_pct"] == pytest.approx(easy_posterior, abs=1e-4)
     assert summary["arms"]["hard"]["reward"] == "verifier"
     x, y = [25, 25, 75, 75], [2, 3, 12, 13]
@@ -392,6 +395,68 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert ours["metric"].tolist() == ["pass@1"] * 3 + ["pass@8"] * 3 and ours["value"].iloc[-1] == pytest.approx(72.5)
     assert pass_k.loc[pass_k["source"] == "003 Table 4", "value"].tolist() == [33.3, 33.3, 26.7, 40.0, 33.3]
     assert "14.3" in (out / "paper_tables.md").read_text()
+
+
+def _best_seed_section():
+    """A section as a researcher writes one (diffgrpo.analysis.sections): a metric, its table and
+    its figure."""
+    from matplotlib.figure import Figure
+
+    from diffgrpo.store.artifacts import save_figure
+
+    def write(study):
+        best = study.runs.groupby("strategy", as_index=False)["gain_pp"].max()
+        study.write_table("best_seed", "Best seed's gain per arm (points)", best)
+        fig = Figure()
+        fig.subplots().bar(best["strategy"], best["gain_pp"])
+        save_figure(fig, study.out / "fig_best_seed.png")
+        return {"best_seed": dict(zip(best["strategy"], best["gain_pp"].round(4)))}
+
+    return SimpleNamespace(TABLES=("best_seed",), FIGURES=("fig_best_seed",), write=write)
+
+
+NOTEBOOKS = [Path(__file__).parents[1] / "notebooks" / "05_analyze.ipynb", Path(__file__).parent / "notebooks" / "05_analyze.ipynb"]
+
+
+def test_a_new_metric_is_one_section_and_its_figure(study):
+    """Registered the way a plugin registers it, with no other file edited: the section's
+    files are in the report folder, its metric in summary.json, its figure in the list the
+    notebook shows (the notebook's own figure cell, run here)."""
+    sections.register("best_seed", _best_seed_section())
+    try:
+        summary = analyze.report(study)
+        out = layout.report_dir(study)
+        assert {p.name for p in out.iterdir()} == REPORT_FILES | {"best_seed.csv", "best_seed.md", "fig_best_seed.png"}
+        assert summary["best_seed"] == {"easy": 3.0, "hard": 13.0}
+        assert json.loads((out / "summary.json").read_text())["best_seed"] == summary["best_seed"]
+        assert (out / "best_seed.md").read_text().startswith("# Best seed's gain per arm (points)\n\n|")
+        for notebook in NOTEBOOKS:
+            cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+            (cell,) = [c for c in cells if "figure_files" in c]
+            shown = []
+            exec(cell, {"report": analyze, "cfg": study, "display": shown.append, "Image": lambda filename: filename})
+            assert shown == [str(p) for p in analyze.figure_files(study)]
+            assert shown[0].endswith("fig2_accuracy_by_checkpoint.png") and shown[-1] == str(out / "fig_best_seed.png")
+    finally:
+        sections.unregister("best_seed")
+    assert "best_seed" not in sections.names()
+    # summary.json has one owner per key
+    sections.register("clash", SimpleNamespace(TABLES=(), FIGURES=(), write=lambda study: {"arms": {}}))
+    try:
+        with pytest.raises(ValueError, match=r"'clash' writes summary.json keys another section wrote: \['arms'\]"):
+            analyze.report(study)
+    finally:
+        sections.unregister("clash")
+
+
+def test_a_section_declares_what_it_writes():
+    with pytest.raises(TypeError, match="has no FIGURES"):
+        sections.register("half", SimpleNamespace(TABLES=(), write=lambda study: {}))
+    with pytest.raises(ValueError, match="registered already"):
+        sections.register("arms", _best_seed_section())
+    for name in sections.BUILT_IN:
+        section = sections.get(name)
+        assert isinstance(section.TABLES, tuple) and isinstance(section.FIGURES, tuple) and callable(section.write)
 
 
 def test_report_without_a_paper(study):
@@ -466,7 +531,7 @@ def test_always_right_against_always_wrong_excludes_zero():
     scores = _scores({**{("right", s): np.ones(n) for s in range(2)}, **{("wrong", s): np.zeros(n) for s in range(2)},
                       ("noisy", 0): (np.arange(n) % 2).astype(float), ("noisy", 1): (np.arange(n) % 3 == 0).astype(float)})
     pairs = uncertainty.contrasts(scores, uncertainty.Bootstrap(n, 1000, 0)).set_index(["a", "b"])
-    rw = pairs.loc[("right", "wrong")]  # tables.strategy_order: alphabetical after 003's four
+    rw = pairs.loc[("right", "wrong")]  # tables.arm_order: alphabetical after 003's four
     assert rw["diff_pp"] == 100 and rw["ci_low"] == 100 and rw["excludes_zero"]
     assert rw["p"] == pytest.approx(2 / 1001) and rw["significant_holm"]
     # noisy's two seeds score 50% and 34%: with a t of 1 degree of freedom, 2 seeds that disagree by 16 points
@@ -543,14 +608,14 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     DELTA.update(random=0.06, random_reward=0.0)
     MIXED.update(random=2, random_reward=2)
     try:
-        root = make_study(layout.study_dir(cfg), strategies=("hard", "random", "random_reward"), seeds=(0, 1, 2))
+        root = make_study(layout.study_dir(cfg), arms=("hard", "random", "random_reward"), seeds=(0, 1, 2))
     finally:
         for k in ("random", "random_reward"):
             DELTA.pop(k), MIXED.pop(k)
     for s in (0, 1, 2):
-        for strategy in ("random", "random_reward"):
-            pd.DataFrame({"id": ["r0", "r1"], "p_hat": [0.5, 0.1 * s], "strategy": strategy, "seed": 0,
-                          "train_seed": s}).to_parquet(layout.selection_file(cfg, strategy, s))
+        for arm in ("random", "random_reward"):
+            pd.DataFrame({"id": ["r0", "r1"], "p_hat": [0.5, 0.1 * s], "strategy": arm, "seed": 0,
+                          "train_seed": s}).to_parquet(layout.selection_file(cfg, arm, s))
         # the control's rewards are random (never mixed here); its verifier scores are what counts
         run = layout.run_dir(cfg, "random_reward", s) / "groups.parquet"
         g = pd.read_parquet(run)
@@ -592,11 +657,22 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     assert arms["hard"]["predicted_posterior_pct"] > arms["hard"]["predicted_learnable_pct"]
 
 
-def test_control_arm_by_its_definition_not_its_name():
+def test_a_control_arm_is_the_one_its_params_declare_not_one_inferred_from_its_reward():
+    """A researcher's partial-credit reward stays an arm (in Figure 3, in the arms' Holm family);
+    only ``role: control`` makes a control, whatever the arm's name or reward."""
+    arm = lambda name, role, inferred: SimpleNamespace(name=name, role=role, is_control=inferred)  # noqa: E731
+    cfg = SimpleNamespace(arms=[arm("random_reward", "arm", True), arm("noise", "control", True),
+                                arm("partial_credit", "arm", True), arm("hard", "arm", False),
+                                arm("easy", "control", False)])
+    assert analyze.control_arms(cfg) == ["easy", "noise"]
+
+
+@pytest.mark.skipif("role" in params.ArmConfig.model_fields, reason="ArmConfig.role landed: nothing is inferred")
+def test_until_arm_config_role_lands_a_control_is_inferred_from_its_reward():
     cfg = params.load("tiny", overrides={"arms": [
         {"name": "random_reward", "select": "random"}, {"name": "noise", "select": "random", "reward": "bernoulli_control"},
         {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
-    assert analyze.control_arms(cfg, []) == ["noise", "shaped"]
+    assert analyze.control_arms(cfg) == ["noise", "shaped"]
 
 
 # ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----
@@ -655,14 +731,14 @@ def test_posterior_learnability_of_never_solved_prompts_is_not_zero():
 
     # p_hat 0 of 8 with Jeffreys' prior: posterior Beta(0.5, 8.5)
     expected = 1 - np.exp(betaln(8.5, 8.5) - betaln(0.5, 8.5)) - np.exp(betaln(0.5, 16.5) - betaln(0.5, 8.5))
-    assert select.predicted_learnable(np.zeros(3), 8) == 0
-    assert select.posterior_learnable([0, 0, 0], 8, 8) == pytest.approx(expected) and expected > 0.2
+    assert learnability.predicted_learnable(np.zeros(3), 8) == 0
+    assert learnability.posterior_learnable([0, 0, 0], 8, 8) == pytest.approx(expected) and expected > 0.2
     p = np.random.default_rng(0).beta(0.5, 8.5, 400_000)
     assert np.mean(1 - p**8 - (1 - p) ** 8) == pytest.approx(expected, abs=3e-3)
     rng = np.random.default_rng(1)
-    alpha, beta = select.fit_beta_prior(rng.binomial(8, rng.beta(0.6, 1.4, 20_000)), 8)
+    alpha, beta = learnability.fit_beta_prior(rng.binomial(8, rng.beta(0.6, 1.4, 20_000)), 8)
     assert alpha == pytest.approx(0.6, rel=0.1) and beta == pytest.approx(1.4, rel=0.1)
-    assert select.fit_beta_prior([0, 0, 0], 8) == select.JEFFREYS
+    assert learnability.fit_beta_prior([0, 0, 0], 8) == learnability.JEFFREYS
 
 
 def test_one_seed_intervals_are_the_percentile_bootstrap_as_before():

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from diffgrpo import params, policies, select
+from diffgrpo.analysis import learnability
 from diffgrpo.select import SelectionError
 
 
@@ -150,8 +151,8 @@ def test_unknown_strategy(pool):
 
 
 def test_predicted_learnable():
-    assert select.predicted_learnable(np.array([0.0, 1.0]), 8) == 0.0
-    assert select.predicted_learnable(np.array([0.5]), 2) == pytest.approx(0.5)
+    assert learnability.predicted_learnable(np.array([0.0, 1.0]), 8) == 0.0
+    assert learnability.predicted_learnable(np.array([0.5]), 2) == pytest.approx(0.5)
 
 
 def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monkeypatch, pool):

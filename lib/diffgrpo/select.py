@@ -20,6 +20,7 @@ import pandas as pd
 
 from diffgrpo.store import artifacts, layout
 from diffgrpo import policies
+from diffgrpo.analysis.learnability import predicted_learnable
 from diffgrpo.params import ArmConfig, Config, budget_size
 from diffgrpo.policies import SelectionError, prompt_tiers  # noqa: F401  (the stage's errors and tiers, re-exported)
 
@@ -100,48 +101,6 @@ def select(prompts: pd.DataFrame, policy: str, n: int | None, seed: int, *, trai
         out["train_seed"] = train_seed
     out["rank"] = np.arange(len(out))
     return out.reset_index(drop=True)
-
-
-def predicted_learnable(p_hat: np.ndarray, group_size: int) -> float:
-    """Expected share of groups with mixed rewards: mean of 1 - p^G - (1-p)^G."""
-    p = np.asarray(p_hat, dtype=float)
-    return float(np.mean(1 - p**group_size - (1 - p) ** group_size))
-
-
-#: the prior of the posterior prediction when the pool cannot be fit (Jeffreys)
-JEFFREYS = (0.5, 0.5)
-
-
-def fit_beta_prior(n_correct: np.ndarray, k: np.ndarray | int) -> tuple[float, float]:
-    """Beta(alpha, beta) prior of the prompts' success rates, fit to the pool's probe by the
-    method of moments of the beta-binomial: the mean m of p_hat and its spread beyond the
-    binomial's (Var p_hat = m (1 - m) / K x (1 + (K - 1) rho), rho = 1 / (alpha + beta + 1)).
-    Jeffreys' Beta(0.5, 0.5) when the pool is too small or shows no spread to fit."""
-    n_correct, k = np.asarray(n_correct, float), np.broadcast_to(np.asarray(k, float), np.shape(n_correct))
-    if len(n_correct) < 10 or k.min() < 2:
-        return JEFFREYS
-    p = n_correct / k
-    m, v, kk = p.mean(), p.var(ddof=1), k.mean()
-    if not 0 < m < 1:
-        return JEFFREYS
-    rho = float(np.clip((kk * v / (m * (1 - m)) - 1) / (kk - 1), 1e-3, 1 - 1e-3))
-    total = 1 / rho - 1
-    return float(m * total), float((1 - m) * total)
-
-
-def posterior_learnable(n_correct: np.ndarray, k: np.ndarray | int, group_size: int,
-                        prior: tuple[float, float] = JEFFREYS) -> float:
-    """Expected share of groups with mixed rewards under each prompt's posterior success rate,
-    Beta(alpha + n_correct, beta + k - n_correct): mean of 1 - E[p^G] - E[(1-p)^G], where
-    E[p^G] = B(a + G, b) / B(a, b). Unlike the plug-in, a prompt probed 0 of K is not certain
-    to stay unsolved."""
-    from scipy.special import betaln
-
-    n_correct, k = np.asarray(n_correct, float), np.asarray(k, float)
-    a, b = prior[0] + n_correct, prior[1] + k - n_correct
-    all_right = np.exp(betaln(a + group_size, b) - betaln(a, b))
-    all_wrong = np.exp(betaln(a, b + group_size) - betaln(a, b))
-    return float(np.mean(1 - all_right - all_wrong))
 
 
 def summarize(selections: dict[str, pd.DataFrame], pool: pd.DataFrame, group_size: int) -> pd.DataFrame:

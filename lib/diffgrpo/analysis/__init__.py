@@ -1,7 +1,9 @@
 """Stage 5: a study's report, from the files the earlier stages wrote.
 
-- :mod:`.report`: the report, section by section; :mod:`.papers`: one report per paper;
+- :mod:`.report`: reads the study once and writes the report; :mod:`.sections`: what every
+  study's report holds, one module per section; :mod:`.papers`: one report per paper;
 - :mod:`.tables`, :mod:`.figures`: the long tables and the figures;
 - :mod:`.uncertainty`, :mod:`.calibration`: intervals, contrasts and their error rates;
+- :mod:`.learnability`: learnable % observed and predicted from the probe (the select stage's too);
 - :mod:`.by_test_difficulty`: gains by the difficulty of the test prompts.
 """

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from diffgrpo.analysis.tables import strategy_order
+from diffgrpo.analysis.tables import arm_order
 from diffgrpo.analysis.uncertainty import ALPHA, Bootstrap, MeanDist, interval, mean_dist
 
 
@@ -50,10 +50,10 @@ def test_p_hat(test_probe: pd.DataFrame, prompts: pd.Index) -> np.ndarray:
     return p.to_numpy(float)
 
 
-def _gain(scores, strategy: str, mask: np.ndarray, boot: Bootstrap) -> tuple[dict, MeanDist]:
+def _gain(scores, arm: str, mask: np.ndarray, boot: Bootstrap) -> tuple[dict, MeanDist]:
     """One arm's gain on the test prompts where ``mask`` is true (``boot``: resamples of as many)."""
     sub = scores.subset(mask)
-    final = sub.at(strategy)
+    final = sub.at(arm)
     gain = 100.0 * (final - sub.base[:, None])
     dist = mean_dist(gain, boot)
     lo, hi = dist.interval()
@@ -69,9 +69,9 @@ def by_bin(scores, p_hat: np.ndarray, edges: list[float], n_boot: int, seed: int
     for b, label in enumerate(bin_labels(edges)):
         mask = idx == b
         boot = Bootstrap(int(mask.sum()), n_boot, seed) if mask.sum() >= 2 else None  # shared by the bin's arms
-        for strategy in strategy_order(s for s, _ in scores.runs):
-            row = {"bin": label, "strategy": strategy}
-            row.update(_gain(scores, strategy, mask, boot)[0] if boot else {"n_prompts": int(mask.sum())})
+        for arm in arm_order(s for s, _ in scores.runs):
+            row = {"bin": label, "strategy": arm}
+            row.update(_gain(scores, arm, mask, boot)[0] if boot else {"n_prompts": int(mask.sum())})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -89,17 +89,17 @@ def matched(scores, p_hat: np.ndarray, ranges: dict[str, tuple[float, float]],
     resampled as ``boot`` is), with the distributions behind the intervals."""
     rows, dists = [], {}
     everything = np.ones(len(p_hat), bool)
-    for strategy in strategy_order(s for s, _ in scores.runs):
-        lo, hi = ranges[strategy]
+    for arm in arm_order(s for s, _ in scores.runs):
+        lo, hi = ranges[arm]
         own = (p_hat >= lo - 1e-9) & (p_hat <= hi + 1e-9)
         for scoring, mask in (("common", everything), ("matched", own)):
             if mask.sum() < 2:
-                rows.append({"strategy": strategy, "scoring": scoring, "p_hat_range": f"[{lo:g}, {hi:g}]",
+                rows.append({"strategy": arm, "scoring": scoring, "p_hat_range": f"[{lo:g}, {hi:g}]",
                              "n_prompts": int(mask.sum())})
                 continue
             sboot = boot if scoring == "common" else Bootstrap(int(mask.sum()), boot.n_boot, boot.seed)
-            row, dists[strategy, scoring] = _gain(scores, strategy, mask, sboot)
-            rows.append({"strategy": strategy, "scoring": scoring,
+            row, dists[arm, scoring] = _gain(scores, arm, mask, sboot)
+            rows.append({"strategy": arm, "scoring": scoring,
                          "p_hat_range": "[0, 1]" if scoring == "common" else f"[{lo:g}, {hi:g}]", **row})
     return pd.DataFrame(rows), dists
 

@@ -11,18 +11,18 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diffgrpo.store import layout
-from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, STRATEGY_ORDER, strategy_order
+from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, ARM_ORDER, arm_order
 from diffgrpo.analysis.uncertainty import fit_line
 
-def _colors(strategies: Iterable[str]) -> dict[str, str]:
-    """One color per strategy, the same in every figure: 003's four first, the base grey."""
-    others = [s for s in strategy_order(strategies) if s not in (layout.BASE_RUN, *STRATEGY_ORDER)]
-    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*STRATEGY_ORDER, *others])}
+def _colors(arms: Iterable[str]) -> dict[str, str]:
+    """One color per arm, the same in every figure: 003's four first, the base grey."""
+    others = [s for s in arm_order(arms) if s not in (layout.BASE_RUN, *ARM_ORDER)]
+    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*ARM_ORDER, *others])}
 
 
 
 def plot_accuracy_curves(curves: pd.DataFrame, metric: str) -> Figure:
-    """Figure 2: accuracy by checkpoint, one line per strategy (mean over seeds); band = the 95%
+    """Figure 2: accuracy by checkpoint, one line per arm (mean over seeds); band = the 95%
     bootstrap interval over test prompts and seeds when ``curves`` has ``ci_low``/``ci_high``,
     else the sd over seeds."""
     fig = Figure(figsize=(6, 4))
@@ -63,11 +63,11 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
                 ax.scatter(d["learnable_pct"], d["gain_pp"], facecolors="none", edgecolors=colors[s], marker=markers[m])
             else:
                 ax.scatter(d["learnable_pct"], d["gain_pp"], color=colors[s], marker=markers[m])
-        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in strategy_order(df["strategy"])
+        handles = [Line2D([], [], ls="", marker="o", color=colors[s], label=s) for s in arm_order(df["strategy"])
                    if s not in control]
         handles += [Line2D([], [], ls="", marker="o", mfc="none", color=colors[s],
                            label=f"{s} (control): not fitted")
-                    for s in strategy_order(df["strategy"]) if s in control]
+                    for s in arm_order(df["strategy"]) if s in control]
         handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
         fitted = df[~df["strategy"].isin(control)]
         fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"])
@@ -110,12 +110,12 @@ def plot_learnability(arms: pd.DataFrame, group_size: int) -> Figure:
 
 
 def plot_p_hat(selected: pd.DataFrame) -> Figure:
-    """Histogram of the base model's p_hat over each selection: what each strategy trains on."""
-    strategies = list(dict.fromkeys(selected["strategy"]))
-    fig = Figure(figsize=(6, 1.6 * len(strategies) + 0.6))
-    axes = np.atleast_1d(fig.subplots(len(strategies), 1, sharex=True))
-    colors = _colors(strategies)
-    for ax, s in zip(axes, strategies):
+    """Histogram of the base model's p_hat over each selection: what each arm trains on."""
+    arms = list(dict.fromkeys(selected["strategy"]))
+    fig = Figure(figsize=(6, 1.6 * len(arms) + 0.6))
+    axes = np.atleast_1d(fig.subplots(len(arms), 1, sharex=True))
+    colors = _colors(arms)
+    for ax, s in zip(axes, arms):
         ax.hist(selected.loc[selected["strategy"] == s, "p_hat"], bins=np.linspace(0, 1, 21), color=colors[s])
         ax.set_ylabel(s)
     axes[-1].set_xlabel("p_hat (base model's success rate)")
@@ -129,13 +129,13 @@ def plot_tiers(tiers: pd.DataFrame, metric: str) -> Figure:
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     wide = tiers.pivot(index="tier", columns="strategy", values="value")
-    strategies = strategy_order(wide.columns)
-    width = 0.8 / max(len(strategies), 1)
-    colors = _colors(strategies)
+    arms = arm_order(wide.columns)
+    width = 0.8 / max(len(arms), 1)
+    colors = _colors(arms)
     x = np.arange(len(wide.index))
-    for i, s in enumerate(strategies):
+    for i, s in enumerate(arms):
         ax.bar(x + i * width, wide[s], width, color=colors[s], label=s)
-    ax.set_xticks(x + width * (len(strategies) - 1) / 2, [str(t) for t in wide.index])
+    ax.set_xticks(x + width * (len(arms) - 1) / 2, [str(t) for t in wide.index])
     ax.set(xlabel="tier", ylabel=METRIC_NAMES.get(metric, metric), title="Accuracy per difficulty tier")
     ax.legend(fontsize="small")
     return fig
@@ -150,16 +150,16 @@ def plot_test_bins(bins: pd.DataFrame) -> Figure:
     ax = fig.subplots()
     data = bins.dropna(subset=["gain_pp"]) if "gain_pp" in bins else bins.iloc[0:0]
     labels = list(dict.fromkeys(bins["bin"]))
-    strategies = strategy_order(data["strategy"])
-    width = 0.8 / max(len(strategies), 1)
-    colors = _colors(strategies)
-    for i, s in enumerate(strategies):
+    arms = arm_order(data["strategy"])
+    width = 0.8 / max(len(arms), 1)
+    colors = _colors(arms)
+    for i, s in enumerate(arms):
         d = data[data["strategy"] == s].set_index("bin").reindex(labels)
         x = np.arange(len(labels)) + i * width
         err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
         ax.bar(x, d["gain_pp"], width, yerr=err, capsize=2, color=colors[s], label=s)
     n = bins.drop_duplicates("bin").set_index("bin")["n_prompts"]
-    ax.set_xticks(np.arange(len(labels)) + width * (len(strategies) - 1) / 2,
+    ax.set_xticks(np.arange(len(labels)) + width * (len(arms) - 1) / 2,
                   [f"p_hat {b}\n{int(n[b])} prompts" for b in labels])
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xlabel="base model's p_hat on the test prompt (probe.test)", ylabel="gain (points)",
@@ -174,14 +174,14 @@ def plot_matched_test(table: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     data = table.dropna(subset=["gain_pp"])
-    strategies = strategy_order(data["strategy"])
+    arms = arm_order(data["strategy"])
     for j, (scoring, marker) in enumerate((("common", "o"), ("matched", "s"))):
-        d = data[data["scoring"] == scoring].set_index("strategy").reindex(strategies)
-        x = np.arange(len(strategies)) + (j - 0.5) * 0.25
+        d = data[data["scoring"] == scoring].set_index("strategy").reindex(arms)
+        x = np.arange(len(arms)) + (j - 0.5) * 0.25
         err = np.vstack([d["gain_pp"] - d["ci_low"], d["ci_high"] - d["gain_pp"]])
         ax.errorbar(x, d["gain_pp"], yerr=err, fmt=marker, capsize=3,
                     label={"common": "common test set", "matched": "test prompts of its training difficulty"}[scoring])
-    ax.set_xticks(np.arange(len(strategies)), strategies)
+    ax.set_xticks(np.arange(len(arms)), arms)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(ylabel="gain (points)", title="Gain scored two ways (95% intervals)")
     ax.legend(fontsize="small")
@@ -197,7 +197,7 @@ def plot_confounds(steps: pd.DataFrame) -> Figure:
     colors = _colors(steps["strategy"])
     curves = steps.groupby(["strategy", "step"], sort=False)[cols].mean().reset_index()
     for ax, col in zip(axes, cols):
-        for s in strategy_order(curves["strategy"]):
+        for s in arm_order(curves["strategy"]):
             c = curves[curves["strategy"] == s].sort_values("step")
             ax.plot(c["step"], c[col].rolling(5, min_periods=1).mean(), color=colors[s], label=s)
         ax.set(xlabel="training step", ylabel={"mean_length": "completion length (tokens)",

@@ -15,8 +15,8 @@ import pandas as pd
 
 from diffgrpo.store import layout
 
-#: 003's column order; other strategies follow alphabetically, the base model comes first
-STRATEGY_ORDER = ("easy", "middle", "hard", "random")
+#: 003's column order; other arms follow alphabetically, the base model comes first
+ARM_ORDER = ("easy", "middle", "hard", "random")
 
 
 
@@ -24,7 +24,9 @@ METRIC_NAMES = {"greedy_acc": "greedy accuracy", "pass@1": "pass@1"}
 
 
 
-#: columns of every "ours beside theirs" table
+#: columns of every "ours beside theirs" table. ``strategy`` holds the arm's name: the column keeps
+#: its historical name in every table, parquet file and summary.json the stages write (renaming it
+#: would change every file a study has written), while the code that reads it says "arm"
 LONG_COLUMNS = ["source", "dataset", "model", "metric", "strategy", "value", "sd", "n"]
 
 
@@ -35,15 +37,15 @@ DIGITS = 4  # rounding of everything written, so notebook outputs compare exactl
 
 
 
-def strategy_order(names: Iterable[str]) -> list[str]:
+def arm_order(names: Iterable[str]) -> list[str]:
     names = list(dict.fromkeys(names))
-    head = [s for s in (layout.BASE_RUN, *STRATEGY_ORDER) if s in names]
+    head = [s for s in (layout.BASE_RUN, *ARM_ORDER) if s in names]
     return head + sorted(set(names) - set(head))
 
 
 
 def _sorted(df: pd.DataFrame, *then: str) -> pd.DataFrame:
-    rank = {s: i for i, s in enumerate(strategy_order(df["strategy"]))}
+    rank = {s: i for i, s in enumerate(arm_order(df["strategy"]))}
     key = lambda col: col.map(rank) if col.name == "strategy" else col  # noqa: E731
     return df.sort_values(["strategy", *then], key=key, kind="stable").reset_index(drop=True)
 
@@ -56,13 +58,13 @@ def _mean_sd(df: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
 
 
 def summarize(runs: pd.DataFrame, column: str, metric: str | None = None) -> pd.DataFrame:
-    """A per-run column as the long format: mean +- sd over seeds per dataset x model x strategy."""
+    """A per-run column as the long format: mean +- sd over seeds per dataset x model x arm."""
     return _mean_sd(runs, ["dataset", "model", "strategy"], column).assign(metric=metric or column)
 
 
 
 def accuracy_curves(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Figure 2's data: mean accuracy over seeds per strategy and checkpoint, every line
+    """Figure 2's data: mean accuracy over seeds per arm and checkpoint, every line
     starting from the base model at step 0."""
     trained = evals[(evals["run_id"] != layout.BASE_RUN) & (evals["step"] > 0)]
     starts = trained.drop_duplicates("run_id").assign(step=0, **{metric: base_accuracy(evals, metric)})
@@ -72,8 +74,8 @@ def accuracy_curves(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def tier_accuracy(tiers: pd.DataFrame, evals: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Accuracy per difficulty tier of the base model and of each strategy's final checkpoint
-    (mean over seeds): where along the difficulty axis a strategy's gain comes from."""
+    """Accuracy per difficulty tier of the base model and of each arm's final checkpoint
+    (mean over seeds): where along the difficulty axis an arm's gain comes from."""
     base = evals[(evals["run_id"] == layout.BASE_RUN) & (evals["step"] == 0)]
     final = pd.concat([base, final_checkpoints(evals)])[["run_id", "strategy", "step"]]
     per_tier = tiers.drop(columns="strategy", errors="ignore").merge(final, on=["run_id", "step"])
@@ -119,7 +121,7 @@ def markdown(df: pd.DataFrame) -> str:
 
 def wide_markdown(long: pd.DataFrame) -> str:
     """A long table in the paper's layout: a row per source x dataset x model x metric, a column
-    per strategy, cells "mean [95% interval]" where the table has intervals, else "mean ± sd"
+    per arm, cells "mean [95% interval]" where the table has intervals, else "mean ± sd"
     where seeds vary."""
     if long.empty:
         return "(no rows)\n"
@@ -128,5 +130,5 @@ def wide_markdown(long: pd.DataFrame) -> str:
              for v, sd, a, b in zip(long["value"], long["sd"].astype(float), lo, hi)]
     wide = long.assign(cell=cells).pivot_table(
         index=["source", "dataset", "model", "metric"], columns="strategy", values="cell", aggfunc="first", sort=False)
-    return markdown(wide[strategy_order(long["strategy"])].reset_index().fillna(""))
+    return markdown(wide[arm_order(long["strategy"])].reset_index().fillna(""))
 

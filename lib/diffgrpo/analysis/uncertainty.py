@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from diffgrpo.analysis.tables import DIGITS, METRIC_NAMES, strategy_order
+from diffgrpo.analysis.tables import DIGITS, METRIC_NAMES, arm_order
 
 ALPHA = 0.05  # the error rate of every decision (intervals are 1 - ALPHA)
 MC_Z = 2.576  # a p-value is decided when its 99% Monte Carlo interval holds no Holm threshold
@@ -207,10 +207,10 @@ def on_edge(p: float, se: float, m: int, alpha: float = ALPHA) -> bool:
 def arm_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
     """Per arm: mean gain over seeds (points, final checkpoint vs base) and its 95% interval."""
     rows = []
-    for strategy in strategy_order(s for s, _ in scores.runs):
-        gain = 100.0 * (scores.at(strategy) - scores.base[:, None])
+    for arm in arm_order(s for s, _ in scores.runs):
+        gain = 100.0 * (scores.at(arm) - scores.base[:, None])
         lo, hi = mean_dist(gain, boot).interval()
-        rows.append({"strategy": strategy, "gain_pp": float(gain.mean()), "ci_low": lo, "ci_high": hi,
+        rows.append({"strategy": arm, "gain_pp": float(gain.mean()), "ci_low": lo, "ci_high": hi,
                      "n_seeds": gain.shape[1]})
     return pd.DataFrame(rows)
 
@@ -226,7 +226,7 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
     it took), and Holm's within its family: ``arms`` (pairs of verifier-reward arms) or
     ``control`` (a pair with a ``control`` arm). ``decision``: differs / not distinguishable /
     undecided (p still within Monte Carlo error of a Holm threshold at the cap)."""
-    arms, control = strategy_order(s for s, _ in scores.runs), set(control)
+    arms, control = arm_order(s for s, _ in scores.runs), set(control)
     rows, diffs = [], []
     for i, a in enumerate(arms):
         for b in arms[i + 1:]:
@@ -277,11 +277,11 @@ def curve_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
     seeds (step 0: the base model's, over prompts only)."""
     base = mean_dist(scores.base, boot).interval()
     rows = []
-    for strategy in strategy_order(s for s, _ in scores.runs):
-        rows.append({"strategy": strategy, "step": 0, "ci_low": base[0], "ci_high": base[1]})
-        for step in scores.steps(strategy):
-            lo, hi = mean_dist(scores.at(strategy, step), boot).interval()
-            rows.append({"strategy": strategy, "step": step, "ci_low": lo, "ci_high": hi})
+    for arm in arm_order(s for s, _ in scores.runs):
+        rows.append({"strategy": arm, "step": 0, "ci_low": base[0], "ci_high": base[1]})
+        for step in scores.steps(arm):
+            lo, hi = mean_dist(scores.at(arm, step), boot).interval()
+            rows.append({"strategy": arm, "step": step, "ci_low": lo, "ci_high": hi})
     return pd.DataFrame(rows)
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 from diffgrpo.analysis import figures
 from diffgrpo.store import layout
 from diffgrpo.store.artifacts import save_figure, write_csv, write_text
-from diffgrpo.analysis.tables import DIGITS, beside, final_checkpoints, markdown, strategy_order, summarize
+from diffgrpo.analysis.tables import DIGITS, beside, final_checkpoints, markdown, arm_order, summarize
 from diffgrpo.analysis.papers import paper_numbers
 
 
@@ -46,7 +46,7 @@ def pass_k_rows(set_evals: pd.DataFrame) -> pd.DataFrame:
             rows += [{"arm": arm, "eval_set": eval_set, "k": int(col.removeprefix("pass@")), "pass_at_k": m, "n": int(n)}
                      for arm, (m, n) in g.iterrows()]
     out = pd.DataFrame(rows, columns=["arm", "eval_set", "k", "pass_at_k", "n"])
-    rank = {s: i for i, s in enumerate(strategy_order(out["arm"]))}
+    rank = {s: i for i, s in enumerate(arm_order(out["arm"]))}
     return out.sort_values(["eval_set", "k", "arm"], key=lambda c: c.map(rank) if c.name == "arm" else c,
                            kind="stable").reset_index(drop=True)
 

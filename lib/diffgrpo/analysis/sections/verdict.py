@@ -1,0 +1,18 @@
+"""The verdict: in one paragraph, whether GRPO beat the base model, and the best arm only when
+its lead over the runner-up excludes 0 (:func:`diffgrpo.analysis.uncertainty.verdict_with_intervals`).
+
+Writes no file. Its part of ``summary.json``: ``{"best": arm or null, "verdict": the paragraph}``.
+"""
+
+from __future__ import annotations
+
+from diffgrpo.analysis.uncertainty import verdict_with_intervals
+
+TABLES = ()
+FIGURES = ()
+
+
+def write(study) -> dict:
+    line, best = verdict_with_intervals(study.arms, study.pairs, study.metric, study.runs["base_acc"].iloc[0],
+                                        len(study.scores.prompts), study.control)
+    return {"best": best, "verdict": line}
