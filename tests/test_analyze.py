@@ -594,8 +594,10 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
 
 def test_control_arm_by_its_definition_not_its_name():
     cfg = params.load("tiny", overrides={"arms": [
-        {"name": "random_reward", "select": "random"}, {"name": "noise", "select": "random", "reward": "bernoulli_control"},
-        {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
+        {"name": "random_reward", "select": "random"},
+        {"name": "noise", "select": "random", "reward": "bernoulli_control", "role": "control"},
+        {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"},
+        {"name": "partial", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
     assert analyze.control_arms(cfg, []) == ["noise", "shaped"]
 
 

@@ -94,7 +94,7 @@ def test_an_edited_reward_gets_a_run_key_of_its_own(tmp_path):
     (edited / "my_plugin.py").write_text(text)
     params.load_plugin(str(edited / "my_plugin.py"), str(edited / "study.yaml"))
     assert rewards.get("partial_credit_v2").run_key(rows, 0)["source_sha256"] != first["source_sha256"]
-    assert cfg.arm("solved").is_control  # not the verifier's reward alone: drawn apart in reports
+    assert not cfg.arm("solved").is_control  # partial credit is an ordinary arm's reward: only `role: control` is a control
 
 
 @pytest.mark.parametrize("arm, message", [

@@ -161,7 +161,7 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
 
 def check_finished(run_dir: Path, max_steps: int) -> dict:
     """Refuse to score a run that is not finished (``max_steps``: the run's steps,
-    :func:`diffgrpo.select.run_steps`): a killed or running train leaves checkpoints that look
+    :meth:`Config.run_steps`): a killed or running train leaves checkpoints that look
     like a result and are not the study's."""
     path = run_dir / "manifest.json"
     if not path.exists():
@@ -184,7 +184,7 @@ def evaluate_run(cfg: Config, strategy: str, seed: int, eval_set: str = TEST_SET
     """Every checkpoint of one (arm, seed) run (or only the last, with evaluate.checkpoints =
     final) on evaluation set ``eval_set`` (default: the held-out test set)."""
     run_dir = layout.run_dir(cfg, strategy, seed)
-    trained = check_finished(run_dir, select.run_steps(cfg, strategy, seed))
+    trained = check_finished(run_dir, cfg.run_steps(strategy, select.selection_size(cfg, strategy, seed)))
     steps: dict[int, Path | None] = dict(checkpoints(run_dir))
     if cfg.evaluate.checkpoints == "final":
         last = max(steps)
