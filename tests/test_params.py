@@ -277,3 +277,20 @@ def test_epochs_cannot_size_the_eprli_levels():
     with pytest.raises(ParamsError, match=r"eprli.levels` set their own steps \(they add up to 60\); train.max_steps "
                                           r"must be that sum, not train.epochs = 1"):
         params.load("paper002_embedded", overrides={"train.max_steps": None, "train.epochs": 1})
+
+
+def test_an_arms_role_is_said_not_guessed_from_its_reward():
+    """``role: control`` marks a control arm (the named arm random_reward says it); another reward
+    without it, partial credit or a shaped one, is an ordinary arm. The role is in no run key."""
+    from diffgrpo.store import layout
+
+    cfg = params.load("embedded_full")
+    assert {a.name: a.role for a in cfg.arms} == {"hard": "arm", "easy": "arm", "middle": "arm", "random": "arm",
+                                                 "random_reward": "control"}
+    assert params.load("tiny", overrides={"arms": ["random_reward"]}).arm("random_reward").is_control
+    shaped = params.load("tiny", overrides={"arms": [
+        {"name": "shaped", "select": "random", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}]})
+    assert not shaped.arm("shaped").is_control
+    as_control = params.load("tiny", overrides={"arms": [
+        {"name": "shaped", "select": "random", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"}]})
+    assert layout.run_key(as_control.for_arm("shaped"), ["a"]) == layout.run_key(shaped.for_arm("shaped"), ["a"])

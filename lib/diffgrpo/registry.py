@@ -9,6 +9,8 @@ names can be checked without importing the layer that implements them.
 
 :data:`PAPERS` lives here for that reason: the params check ``analyze.reports`` against its
 names, and the report layer (:mod:`diffgrpo.analysis.papers`) gets each paper's module from it.
+Named arms and treatments (``params.NAMED_ARMS``, ``params.TREATMENTS``) are settings, not code,
+and stay plain dicts.
 """
 
 from __future__ import annotations

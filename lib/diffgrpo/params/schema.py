@@ -268,7 +268,9 @@ class ArmConfig(_Section):
         return self.role == "control"
 
 
-#: arms a bare name stands for; any other bare name is ``{name: <n>, select: <n>}``
+#: arms a bare name stands for; any other bare name is ``{name: <n>, select: <n>}``. This and
+#: :data:`TREATMENTS` are named *settings* (plain data a params file could spell out), not code a
+#: plugin registers, so they are dicts rather than :class:`diffgrpo.registry.Registry` entries
 NAMED_ARMS: dict[str, dict[str, Any]] = {
     "random_reward": {"select": "random", "reward": "bernoulli_control", "role": "control"},  # 003's control arm
     "eprli": {"select": "levels", "curriculum": "levels"},  # 002: the levels in order
