@@ -1,7 +1,7 @@
 """Where a GRPO training step's time goes, on the default study's settings.
 
     .venv/bin/python scripts/bench_train_step.py                    # hard, 12 steps
-    .venv/bin/python scripts/bench_train_step.py --strategy easy --steps 20
+    .venv/bin/python scripts/bench_train_step.py --arm easy --steps 20
     .venv/bin/python scripts/bench_train_step.py --profile          # + cProfile's top functions
     .venv/bin/python scripts/bench_train_step.py --set train.merge_lora_for_generation=false   # before
 
@@ -51,7 +51,7 @@ def timed(owner, name: str, bucket: str, times: dict[str, list[float]]) -> None:
     setattr(owner, name, wrapper)
 
 
-def loss_floor(cfg, strategy: str, steps: pd.DataFrame, repeats: int = 3) -> tuple[int, int, float, float]:
+def loss_floor(cfg, arm: str, steps: pd.DataFrame, repeats: int = 3) -> tuple[int, int, float, float]:
     """Forward and backward of the same PEFT model alone, outside TRL, on random token ids of
     the step's shape (prompts x G sequences of the median prompt plus the median longest
     completion): what the loss costs before any trainer overhead (best of ``repeats``)."""
@@ -61,7 +61,7 @@ def loss_floor(cfg, strategy: str, steps: pd.DataFrame, repeats: int = 3) -> tup
     from diffgrpo import train
 
     model, tokenizer = data.load_model(cfg)
-    prompts = train.selected_rows(cfg, strategy, 0)["prompt"]
+    prompts = train.selected_rows(cfg, arm, 0)["prompt"]
     length = int(np.median([len(train.encode_prompt(tokenizer, p)) for p in prompts])
                  + steps["completions/max_length"].median())
     batch = cfg.train.prompts_per_step * cfg.train.group_size
@@ -80,7 +80,7 @@ def loss_floor(cfg, strategy: str, steps: pd.DataFrame, repeats: int = 3) -> tup
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("params_file", nargs="?", default="embedded")
-    ap.add_argument("--strategy", default="hard")
+    ap.add_argument("--arm", default="hard")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--outputs", default="/tmp/diffgrpo-bench-train-step")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -113,7 +113,7 @@ def main() -> None:
     t0 = time.perf_counter()
     if profiler:
         profiler.enable()
-    run_dir = train.train_run(cfg, args.strategy, 0, progress=False, force=True)
+    run_dir = train.train_run(cfg, args.arm, 0, progress=False, force=True)
     if profiler:
         profiler.disable()
     wall = time.perf_counter() - t0
@@ -122,7 +122,7 @@ def main() -> None:
     steps, groups = pd.read_parquet(folder.steps), pd.read_parquet(folder.groups)
     step_time = steps["step_time"].to_numpy()[1:]
     parts = {k: np.asarray(v[1:]) for k, v in times.items()}  # one call per step for each part
-    print(f"\n{args.params_file} / {args.strategy} {' '.join(args.overrides)}: {args.steps} steps of {cfg.train.prompts_per_step} prompts x "
+    print(f"\n{args.params_file} / {args.arm} {' '.join(args.overrides)}: {args.steps} steps of {cfg.train.prompts_per_step} prompts x "
           f"{cfg.train.group_size} completions (max {cfg.train.max_completion_length} tokens), "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.1f}")
     print(f"mean completion length {steps['completions/mean_length'].mean():.1f} tokens, "
@@ -136,7 +136,7 @@ def main() -> None:
     other = total - sum(float(np.median(parts[n])) for n in parts)
     print(f"{'other':<11}{other:>9.3f}{100 * other / total:>7.0f}%")
     print(f"{'step':<11}{total:>9.3f}   (TRL step_time, median of steps 2-{args.steps})")
-    batch, length, fwd, bwd = loss_floor(cfg, args.strategy, steps)
+    batch, length, fwd, bwd = loss_floor(cfg, args.arm, steps)
     print(f"floor: the PEFT model alone on {batch} x {length} tokens: forward {fwd:.3f} s, backward {bwd:.3f} s")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

@@ -667,12 +667,15 @@ def test_a_control_arm_is_the_one_its_params_declare_not_one_inferred_from_its_r
     assert analyze.control_arms(cfg) == ["easy", "noise"]
 
 
-@pytest.mark.skipif("role" in params.ArmConfig.model_fields, reason="ArmConfig.role landed: nothing is inferred")
-def test_until_arm_config_role_lands_a_control_is_inferred_from_its_reward():
+def test_the_control_role_comes_from_the_params_file():
+    """Through the real schema: the arms the params declare ``role: control`` are the controls,
+    a partial credit (verifier plus a control reward, no role) is an arm."""
     cfg = params.load("tiny", overrides={"arms": [
-        {"name": "random_reward", "select": "random"}, {"name": "noise", "select": "random", "reward": "bernoulli_control"},
-        {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
-    assert analyze.control_arms(cfg) == ["noise", "shaped"]
+        {"name": "random_reward", "select": "random"},
+        {"name": "noise", "select": "random", "reward": "bernoulli_control", "role": "control"},
+        {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"},
+        {"name": "partial", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
+    assert analyze.control_arms(cfg) == ["noise", "random_reward", "shaped"]
 
 
 # ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----

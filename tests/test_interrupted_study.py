@@ -86,8 +86,8 @@ def test_kill_9_of_the_runner_leaves_no_process_and_the_rerun_matches(tmp_path, 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(whole))
     prepare(whole, monkeypatch)
     train.train_runs(cfg, progress=False)
-    for strategy, seed in layout.planned_runs(cfg):
-        rid = layout.run_id(strategy, seed)
+    for arm, seed in layout.planned_runs(cfg):
+        rid = layout.run_id(arm, seed)
         for name in ("groups.parquet",):
             a = pd.read_parquet(killed / "smoke" / "runs" / rid / name)
             b = pd.read_parquet(whole / "smoke" / "runs" / rid / name)

@@ -82,7 +82,7 @@ def test_a_bare_policy_name_is_an_arm_of_that_name_with_the_studys_options():
 
 
 def test_the_default_arms_keep_the_run_keys_of_the_strategies_they_replace():
-    """003's four strategies as arms: the same run ids, selection files and run keys (an arm
+    """003's four strategies (the paper's word) as arms: the same run ids, selection files and run keys (an arm
     without training settings trains with the study's own config, nothing arm-specific added)."""
     from diffgrpo.store import layout
     from diffgrpo import select
@@ -165,7 +165,7 @@ LEVEL = {"name": "one", "p_hat": [0.0, 0.5], "tiers": None, "prompts": 4, "steps
          "length_reward_weight": 0.0}
 
 
-@pytest.mark.parametrize("levels, strategies, message", [
+@pytest.mark.parametrize("levels, arms, message", [
     ([{k: v for k, v in LEVEL.items() if k != "buffer_size"}], None, r"eprli\.levels\[0\]` does not set \['buffer_size'\]"),
     ([{**LEVEL, "bufer_size": 4}], None, r"unknown key `eprli\.levels\[0\]\.bufer_size`"),
     ([{**LEVEL, "tiers": [1]}], None, r"eprli\.levels\[0\]` sets both or neither of p_hat and tiers"),
@@ -175,10 +175,10 @@ LEVEL = {"name": "one", "p_hat": [0.0, 0.5], "tiers": None, "prompts": 4, "steps
     ([{**LEVEL, "group_size": 1}], None, r"eprli\.levels\[0\]\.group_size` = 1 is out of range"),
     ([], ["eprli", "random"], r"eprli\.levels` is empty, and arms \['eprli'\]"),
 ])
-def test_bad_levels_name_the_file_and_key(tmp_path, levels, strategies, message):
+def test_bad_levels_name_the_file_and_key(tmp_path, levels, arms, message):
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump({"eprli": {"levels": levels},
-                                 **({"arms": strategies} if strategies else {})}))
+                                 **({"arms": arms} if arms else {})}))
     with pytest.raises(ParamsError, match=message) as e:
         params.load(f)
     assert str(f) in str(e.value)
@@ -277,3 +277,20 @@ def test_epochs_cannot_size_the_eprli_levels():
     with pytest.raises(ParamsError, match=r"eprli.levels` set their own steps \(they add up to 60\); train.max_steps "
                                           r"must be that sum, not train.epochs = 1"):
         params.load("paper002_embedded", overrides={"train.max_steps": None, "train.epochs": 1})
+
+
+def test_an_arms_role_is_said_not_guessed_from_its_reward():
+    """``role: control`` marks a control arm (the named arm random_reward says it); another reward
+    without it, partial credit or a shaped one, is an ordinary arm. The role is in no run key."""
+    from diffgrpo.store import layout
+
+    cfg = params.load("embedded_full")
+    assert {a.name: a.role for a in cfg.arms} == {"hard": "arm", "easy": "arm", "middle": "arm", "random": "arm",
+                                                 "random_reward": "control"}
+    assert params.load("tiny", overrides={"arms": ["random_reward"]}).arm("random_reward").is_control
+    shaped = params.load("tiny", overrides={"arms": [
+        {"name": "shaped", "select": "random", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}]})
+    assert not shaped.arm("shaped").is_control
+    as_control = params.load("tiny", overrides={"arms": [
+        {"name": "shaped", "select": "random", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"}]})
+    assert layout.run_key(as_control.for_arm("shaped"), ["a"]) == layout.run_key(shaped.for_arm("shaped"), ["a"])

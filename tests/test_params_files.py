@@ -13,7 +13,7 @@ from trl import GRPOConfig
 
 from diffgrpo.tasks import splits
 from diffgrpo.models import devices
-from diffgrpo import params, policies, select, tasks, train
+from diffgrpo import params, policies, registry, select, tasks, train
 from diffgrpo.params import files as params_files
 from diffgrpo.study import plan
 from diffgrpo.params import TEST_SET
@@ -67,7 +67,7 @@ def test_every_params_file_builds_every_object_of_its_runs(name, tmp_path, monke
         assert scfg.model == cfg.model and scfg.train == cfg.train  # the same model and runs, other rows
         if eval_set == TEST_SET:
             assert scfg is cfg
-    assert set(cfg.analyze.reports) <= set(__import__("diffgrpo.analysis.papers", fromlist=["PAPERS"]).PAPERS)
+    assert set(cfg.analyze.reports) <= set(registry.PAPERS.names())
     assert cfg.dataset.task in tasks.names()
 
 

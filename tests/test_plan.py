@@ -141,11 +141,11 @@ def test_a_study_in_epochs_is_planned_per_arm_from_its_selection_size():
         "train.max_steps": None, "train.epochs": 1, "arms": ["hard", "all"], "select.budget_frac": 0.1})
     pool = plan.split_rows(cfg, "pool")
     per_step = cfg.train.prompts_per_step
-    assert plan.run_steps(cfg, "hard") == -(-(pool // 10) // per_step)
-    assert plan.run_steps(cfg, "all") == -(-pool // per_step)
-    assert [w.steps for w in plan.train_work(cfg, "all")] == [plan.run_steps(cfg, "all")]
+    assert cfg.run_steps("hard", plan.selected_prompts(cfg, "hard")) == -(-(pool // 10) // per_step)
+    assert cfg.run_steps("all", plan.selected_prompts(cfg, "all")) == -(-pool // per_step)
+    assert [w.steps for w in plan.train_work(cfg, "all")] == [cfg.run_steps("all", plan.selected_prompts(cfg, "all"))]
     save = cfg.train.save_steps
-    assert plan.checkpoints(cfg, "hard") == -(-plan.run_steps(cfg, "hard") // save)
+    assert plan.checkpoints(cfg, "hard") == -(-cfg.run_steps("hard", plan.selected_prompts(cfg, "hard")) // save)
 
 
 def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():

@@ -94,7 +94,7 @@ def test_an_edited_reward_gets_a_run_key_of_its_own(tmp_path):
     (edited / "my_plugin.py").write_text(text)
     params.load_plugin(str(edited / "my_plugin.py"), str(edited / "study.yaml"))
     assert rewards.get("partial_credit_v2").run_key(rows, 0)["source_sha256"] != first["source_sha256"]
-    assert cfg.arm("solved").is_control  # not the verifier's reward alone: drawn apart in reports
+    assert not cfg.arm("solved").is_control  # partial credit is an ordinary arm's reward: only `role: control` is a control
 
 
 @pytest.mark.parametrize("arm, message", [
@@ -122,3 +122,20 @@ def test_a_plugin_that_fails_to_import_or_is_missing_is_named(tmp_path):
     f.write_text(yaml.safe_dump({"include": "tiny", "plugins": ["no_such_module_xyz"]}))
     with pytest.raises(ParamsError, match=r"plugin module 'no_such_module_xyz' does not import"):
         params.load(f)
+
+
+def test_one_registry_mechanism_loads_a_builtin_from_its_module_on_first_use():
+    import json
+
+    from diffgrpo import registry
+    from diffgrpo.study import executors
+
+    things = registry.Registry("thing", KeyError, {"json": "json"})
+    assert "json" in things and things.names() == ["json"]
+    assert things.get("json") is json  # a module that registers nothing is the entry itself
+    with pytest.raises(KeyError, match=r"unknown thing 'nope'; registered: \['json'\]"):
+        things.get("nope")
+    assert registry.PAPERS.names() == ["003", "001", "000", "002"] and "001" in registry.PAPERS
+    assert executors.EXECUTORS.names() == ["local", "slurm"]
+    assert executors.EXECUTORS.get("slurm").__module__ == "diffgrpo.study.slurm"  # imported when asked for
+    assert "gsm8k" in tasks.TASKS.names()

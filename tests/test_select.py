@@ -33,9 +33,9 @@ def test_budget_count_and_bad_budget():
         select.budget(10, 0.01, None)
 
 
-@pytest.mark.parametrize("strategy", [p for p in policies.names() if policies.get(p).budgeted])
-def test_exact_size_unique_ids_from_pool(pool, strategy):
-    sel = select.select(pool, strategy, 50, seed=1, train_seed=0)
+@pytest.mark.parametrize("policy", [p for p in policies.names() if policies.get(p).budgeted])
+def test_exact_size_unique_ids_from_pool(pool, policy):
+    sel = select.select(pool, policy, 50, seed=1, train_seed=0)
     assert len(sel) == 50 and sel["id"].is_unique and set(sel["id"]) <= set(pool["id"])
 
 
@@ -89,8 +89,8 @@ def test_per_seed_random_differs_across_seeds_and_deterministic_policies_do_not(
     control = select.select_arm(cfg, pool, cfg.arm("random_reward"), train_seed=1)
     same = select.select(pool, "random", len(control), seed=cfg.select.seed, train_seed=1)
     assert list(control["id"]) == list(same["id"]) and set(control["strategy"]) == {"random_reward"}
-    for strategy in ("hard", "easy", "middle"):
-        a, b = (select.select(pool, strategy, 50, seed=0, train_seed=s) for s in (0, 1))
+    for policy in ("hard", "easy", "middle"):
+        a, b = (select.select(pool, policy, 50, seed=0, train_seed=s) for s in (0, 1))
         assert list(a["id"]) == list(b["id"]) and "train_seed" not in a
     with pytest.raises(SelectionError, match="train_seed"):
         select.select(pool, "random", 50, seed=0)
@@ -145,7 +145,7 @@ def test_tiers_from_p_hat_bins_when_the_task_has_none(pool):
     assert set(tiers[no_tier["p_hat"] == 1.0]) == {1} and set(tiers[no_tier["p_hat"] == 0.0]) == {4}
 
 
-def test_unknown_strategy(pool):
+def test_unknown_policy(pool):
     with pytest.raises(SelectionError, match="unknown selection policy 'hardest'; registered: .*plugins:"):
         select.select(pool, "hardest", 5, seed=0)
 
@@ -177,7 +177,7 @@ def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monke
 
 def test_eprli_levels_draw_their_prompts_from_their_bands(pool):
     """(issue 10) Paper 002's D_l: each level's count, from its p_hat band or its tiers, levels
-    disjoint and in order; the three EPRLI strategies share the prompts; seeded."""
+    disjoint and in order; the three EPRLI arms share the prompts; seeded."""
     from diffgrpo.params import LevelParams
 
     def level(name, **kw):

@@ -10,13 +10,13 @@ task (``test``, in ``eval/``) and each of ``evaluate.sets`` (another task, a sub
 out-of-distribution variant: ``eval-<set>/``, scored with the set's own settings,
 :meth:`Config.for_eval_set`). The base model is evaluated once per set and settings, in
 ``eval/base/`` (``eval-<set>/base/``), and shared by every run (its step 0). Sampled completions use the same seed for every checkpoint, so
-strategies are compared on common random numbers. Each checkpoint's completions are written
+arms are compared on common random numbers. Each checkpoint's completions are written
 in resumable chunks (see :mod:`diffgrpo.models.resumable_sampling`); a checkpoint already evaluated with the
 same settings is not evaluated again.
 
 Files per run (``eval/<run_id>/``): ``samples.parquet`` (step, mode, prompt_id, sample,
 completion, correct, num_tokens, finished), ``summary.parquet`` (one row per step: run_id,
-strategy, seed, step, greedy_acc, pass@1, pass@k..., n_prompts) and ``tiers.parquet``.
+strategy (the arm), seed, step, greedy_acc, pass@1, pass@k..., n_prompts) and ``tiers.parquet``.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: p
     artifacts.write_parquet(out_dir / layout.EVAL_TIERS, tiers)
 
 
-def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
+def _evaluate_steps(cfg: Config, rid: str, arm: str, seed: int | None,
                     steps: dict[int, Path | None], progress: bool, trained: dict | None = None,
                     step0: tuple[pd.DataFrame, pd.DataFrame] | None = None, eval_set: str = TEST_SET) -> Path:
     """Evaluate the given checkpoints (step -> adapter folder, None = base) on ``eval_set``
@@ -122,7 +122,7 @@ def _evaluate_steps(cfg: Config, rid: str, strategy: str, seed: int | None,
         samples = _evaluate_model(cfg, rows, out_dir / "work" / f"step-{step}", adapter, run_key,
                                   progress, label=f"{rid} step {step}")
         overall, tier = summarize(score_table(samples, rows, ks))
-        head = {"run_id": rid, "strategy": strategy, "seed": seed, "step": step}
+        head = {"run_id": rid, "strategy": arm, "seed": seed, "step": step}
         summaries.append({**head, **overall})
         tiers.append(tier.assign(**head))
         all_samples.append(samples.assign(step=step))
@@ -162,7 +162,7 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
 
 def check_finished(run_dir: Path, max_steps: int) -> dict:
     """Refuse to score a run that is not finished (``max_steps``: the run's steps,
-    :func:`diffgrpo.select.run_steps`): a killed or running train leaves checkpoints that look
+    :meth:`Config.run_steps`): a killed or running train leaves checkpoints that look
     like a result and are not the study's."""
     folder = RunFolder(run_dir)
     path = folder.manifest_path
@@ -182,20 +182,20 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     return layout.trained_identity(m)
 
 
-def evaluate_run(cfg: Config, strategy: str, seed: int, eval_set: str = TEST_SET, *, progress: bool = True) -> Path:
+def evaluate_run(cfg: Config, arm: str, seed: int, eval_set: str = TEST_SET, *, progress: bool = True) -> Path:
     """Every checkpoint of one (arm, seed) run (or only the last, with evaluate.checkpoints =
     final) on evaluation set ``eval_set`` (default: the held-out test set)."""
-    run_dir = layout.run_dir(cfg, strategy, seed)
-    trained = check_finished(run_dir, select.run_steps(cfg, strategy, seed))
+    run_dir = layout.run_dir(cfg, arm, seed)
+    trained = check_finished(run_dir, cfg.run_steps(arm, select.selection_size(cfg, arm, seed)))
     steps: dict[int, Path | None] = dict(checkpoints(run_dir))
     if cfg.evaluate.checkpoints == "final":
         last = max(steps)
         steps = {last: steps[last]}
     base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress, eval_set))
-    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(strategy, seed), eval_set)):
-        out = _with_base_rows(cfg, strategy, seed, base, steps, trained, progress, eval_set)
-        if cfg.for_arm(strategy).train.report_to == "tensorboard":
-            write_curves(run_dir, read_summary(cfg, layout.run_id(strategy, seed), out, eval_set), eval_set)
+    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(arm, seed), eval_set)):
+        out = _with_base_rows(cfg, arm, seed, base, steps, trained, progress, eval_set)
+        if cfg.for_arm(arm).train.report_to == "tensorboard":
+            write_curves(run_dir, read_summary(cfg, layout.run_id(arm, seed), out, eval_set), eval_set)
         return out
 
 
@@ -221,14 +221,14 @@ def write_curves(run_dir: Path, summary: pd.DataFrame, eval_set: str = TEST_SET)
     return folder
 
 
-def _with_base_rows(cfg: Config, strategy: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
+def _with_base_rows(cfg: Config, arm: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
                     trained: dict, progress: bool, eval_set: str = TEST_SET) -> Path:
     """Evaluate the run's checkpoints, with the base model as its step 0."""
-    rid = layout.run_id(strategy, seed)
+    rid = layout.run_id(arm, seed)
     base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN, eval_set) / layout.EVAL_TIERS,
                                         "04_evaluate")
-    step0 = tuple(df.assign(run_id=rid, strategy=strategy, seed=seed) for df in (base, base_tiers))
-    return _evaluate_steps(cfg.for_eval_set(eval_set), rid, strategy, seed, steps, progress, trained, step0,
+    step0 = tuple(df.assign(run_id=rid, strategy=arm, seed=seed) for df in (base, base_tiers))
+    return _evaluate_steps(cfg.for_eval_set(eval_set), rid, arm, seed, steps, progress, trained, step0,
                            eval_set)
 
 

@@ -1,39 +1,97 @@
-"""A registry of named things a params file refers to (selection policies, rewards): one entry
-per name, the same code registered again (a reloaded or copied plugin) accepted, another
-refused; an unknown name lists the registered ones and says where plugins go."""
+"""Registries of named things a study refers to: selection policies, rewards, tasks, paper
+reports and executors, each a :class:`Registry`.
+
+One entry per name: the same code registered again (a reloaded or copied plugin) is accepted,
+another refused; an unknown name lists the known ones and says where plugins go. A registry can
+also know *built-in* entries by name and the module that defines them, imported only when one
+is asked for (a task with heavy dependencies costs nothing until used), so a params file's
+names can be checked without importing the layer that implements them.
+
+:data:`PAPERS` lives here for that reason: the params check ``analyze.reports`` against its
+names, and the report layer (:mod:`diffgrpo.analysis.papers`) gets each paper's module from it.
+Named arms and treatments (``params.NAMED_ARMS``, ``params.TREATMENTS``) are settings, not code,
+and stay plain dicts.
+"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
+#: what an unknown name's error says about adding one's own
+PLUGIN_HINT = "Your own goes in a plugin file named by the params key `plugins:` (docs/extending.md)"
 
-def source(fn: Callable) -> str:
-    """A function's code (its text), or its qualified name where the text cannot be read."""
+
+def source(fn: Any) -> str:
+    """A function's (class's, module's) code, or its qualified name where the text cannot be read."""
     try:
         return inspect.getsource(fn)
     except (OSError, TypeError):
-        return f"{fn.__module__}.{fn.__qualname__}"
+        return f"{fn.__module__}.{getattr(fn, '__qualname__', fn.__name__)}"
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, error: type[Exception]):
-        self.kind, self.error, self._entries, self._fns = kind, error, {}, {}
+    """Entries of one ``kind`` by name. ``builtin``: name -> the module that defines it, imported
+    at the first :meth:`get` of the name; importing it registers the name (a decorator, as a task
+    module does), or, where it registers nothing, the module itself is the entry (a paper's
+    report). ``error``: the exception an unknown name raises; ``hint``: what it adds."""
 
-    def add(self, name: str, entry: T, fn: Callable) -> None:
-        old = self._fns.get(name)
-        if old is not None and source(old) != source(fn):
-            raise ValueError(f"{self.kind} {name!r} is registered twice: by {old.__module__} and by {fn.__module__}")
-        self._entries[name], self._fns[name] = entry, fn
+    def __init__(self, kind: str, error: type[Exception], builtin: dict[str, str] | None = None,
+                 hint: str = PLUGIN_HINT):
+        self.kind, self.error, self.hint = kind, error, hint
+        self.builtin = dict(builtin or {})
+        self._entries: dict[str, T] = {}
+        self._code: dict[str, Any] = {}
+
+    def add(self, name: str, entry: T, code: Any = None) -> None:
+        """Register ``entry`` as ``name``; ``code`` (a function, class or module; the entry by
+        default) tells a second registration of the same code from another one."""
+        code = entry if code is None else code
+        old = self._code.get(name)
+        if old is not None and source(old) != source(code):
+            raise ValueError(f"{self.kind} {name!r} is registered twice: by {_module(old)} and by {_module(code)}")
+        self._entries[name], self._code[name] = entry, code
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: register the decorated function or class as ``name``."""
+
+        def deco(entry: T) -> T:
+            self.add(name, entry)
+            return entry
+
+        return deco
 
     def get(self, name: str) -> T:
+        if name not in self._entries and name in self.builtin:
+            module = importlib.import_module(self.builtin[name])
+            if name not in self._entries:
+                self.add(name, module)  # type: ignore[arg-type]
         if name not in self._entries:
-            raise self.error(f"unknown {self.kind} {name!r}; registered: {self.names()}. Your own goes in a plugin "
-                             "file named by the params key `plugins:` (docs/extending.md)")
+            raise self.error(f"unknown {self.kind} {name!r}; registered: {self.names()}"
+                             + (f". {self.hint}" if self.hint else ""))
         return self._entries[name]
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        """The built-in names in their order, then the others in the order they were registered."""
+        return list(dict.fromkeys([*self.builtin, *self._entries]))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.builtin or name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+def _module(code: Any) -> str:
+    return getattr(code, "__module__", None) or getattr(code, "__name__", "?")
+
+
+#: the paper reports a study can ask for (``analyze.reports: ["003", "001"]``), each a module of
+#: :mod:`diffgrpo.analysis.papers` whose ``write(study)`` writes its tables
+PAPERS: Registry[Any] = Registry(
+    "paper report", ValueError, {p: f"diffgrpo.analysis.papers.paper{p}" for p in ("003", "001", "000", "002")},
+    hint="a paper's report is a module diffgrpo/analysis/papers/paper<id>.py, listed in diffgrpo.registry.PAPERS")

@@ -57,6 +57,7 @@ class Reward:
     name: str
     fn: Callable[..., list[float]]
     key: Callable[[pd.DataFrame, int], dict] | None  # (selection rows, seed) -> what enters the run key
+    control: bool = False  # carries no signal about the answers: an arm trained on it alone is a control arm
 
     def run_key(self, rows: pd.DataFrame, seed: int) -> dict[str, Any] | None:
         if self.name == VERIFIER:
@@ -70,12 +71,13 @@ class Reward:
 _REWARDS: Registry[Reward] = Registry("reward", KeyError)
 
 
-def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = None):
+def register(name: str, *, key: Callable[[pd.DataFrame, int], dict] | None = None, control: bool = False):
     """Decorator: register ``fn`` as reward ``name``; ``key(rows, seed)``: what of the run decides
-    its rewards besides the name (the control arm's mean and seed)."""
+    its rewards besides the name (the control arm's mean and seed); ``control``: a control's
+    reward, one an arm trains on alone only with ``role: control``."""
 
     def deco(fn):
-        _REWARDS.add(name, Reward(name, fn, key), fn)
+        _REWARDS.add(name, Reward(name, fn, key, control), fn)
         return fn
 
     return deco
@@ -123,7 +125,7 @@ def _control_key(rows: pd.DataFrame, seed: int) -> dict:
             "mean_from": "the probe's mean p_hat over the run's selection"}
 
 
-@register("bernoulli_control", key=_control_key)
+@register("bernoulli_control", key=_control_key, control=True)
 def bernoulli_control(prompts, completions, completion_ids=None, *, run: RunContext, id, **kwargs):
     """The control arm (003's ``random_reward``): 1.0 with probability m, independently of the
     completion, where m is the probe's mean p_hat over the selection (the verifier reward's mean

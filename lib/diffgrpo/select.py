@@ -43,16 +43,11 @@ def selection_path(cfg: Config, arm: str, seed: int):
     return layout.selection_file(cfg, arm, seed if per_seed(cfg.arm(arm).select) else None)
 
 
-def run_steps(cfg: Config, arm: str, seed: int) -> int:
-    """The update steps of run (``arm``, ``seed``): :meth:`Config.run_steps` of the size of the
-    selection it trains on (read only when ``train.epochs`` needs it)."""
-    if cfg.for_arm(arm).train.max_steps is not None:
-        return cfg.run_steps(arm, None)
+def selection_size(cfg: Config, arm: str, seed: int) -> int | None:
+    """The prompts run (``arm``, ``seed``) trains on, None before the select stage wrote its
+    selection (what :meth:`Config.run_steps` reads when ``train.epochs`` decides the steps)."""
     path = selection_path(cfg, arm, seed)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no selection {arm!r}, whose size decides the run's steps (train.epochs); "
-                                "run the select stage (02_select) first")
-    return cfg.run_steps(arm, len(artifacts.read_parquet(path, "02_select")))
+    return len(artifacts.read_parquet(path, "02_select")) if path.exists() else None
 
 
 def arm_budget(cfg: Config, arm: ArmConfig, pool_size: int) -> int | None:

@@ -180,10 +180,7 @@ def control_arms(cfg: Config) -> list[str]:
     Bernoulli-reward arm ``random_reward``), in the report's arm order. A control is drawn apart
     from Figure 3's fit and its contrasts form their own Holm family; an arm trained on another
     reward of its own (a partial credit) stays an arm unless its params say otherwise."""
-    controls = [a.name for a in cfg.arms if getattr(a, "role", None) == "control"]
-    if not any(hasattr(a, "role") for a in cfg.arms):  # until ArmConfig.role lands: delete this line and the next
-        controls = [a.name for a in cfg.arms if a.is_control]  # (today's inference: not the verifier's reward alone)
-    return arm_order(controls)
+    return arm_order([a.name for a in cfg.arms if a.role == "control"])
 
 
 

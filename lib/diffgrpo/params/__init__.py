@@ -7,6 +7,7 @@
 ``diffgrpo.params`` is the public name: ``params.load("embedded")`` gives a study's Config.
 """
 
+from .cluster import STAGES
 from .files import DEFAULTS_FILE, ParamsError, load_plugin, params_dir, parse_overrides, read_yaml_value, resolve
 from .schema import (DERIVED_GRPO_OPTIONS, NAMED_ARMS, SAFE_NAME, TEST_SET, TREATMENTS, AnalyzeConfig, ArmConfig,
                      Config, DatasetConfig, EvalSetConfig, EvaluateConfig, LevelParams, ModelConfig, ProbeConfig,
@@ -14,5 +15,5 @@ from .schema import (DERIVED_GRPO_OPTIONS, NAMED_ARMS, SAFE_NAME, TEST_SET, TREA
 
 __all__ = ["DEFAULTS_FILE", "DERIVED_GRPO_OPTIONS", "NAMED_ARMS", "SAFE_NAME", "TEST_SET", "TREATMENTS",
            "AnalyzeConfig", "ArmConfig", "Config", "DatasetConfig", "EvalSetConfig", "EvaluateConfig", "LevelParams",
-           "ModelConfig", "ParamsError", "ProbeConfig", "TrainConfig", "bare_arm", "budget_size", "build", "dump",
+           "ModelConfig", "ParamsError", "ProbeConfig", "STAGES", "TrainConfig", "bare_arm", "budget_size", "build", "dump",
            "get", "load", "load_plugin", "params_dir", "parse_overrides", "read_yaml_value", "resolve"]

@@ -30,11 +30,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from diffgrpo.study.notebooks import STAGES
 from diffgrpo.params.files import ParamsError
 
+#: a study's stages in order, each a notebook (``notebooks/<stage>.ipynb``, diffgrpo.study.notebooks)
+STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 Stage = Literal["01_probe", "02_select", "03_train", "04_evaluate", "05_analyze"]
-assert set(Stage.__args__) == set(STAGES)  # type: ignore[attr-defined]
+assert Stage.__args__ == STAGES  # type: ignore[attr-defined]
 
 #: sbatch options the executor sets itself (or the keys above set): refused in ``cluster.sbatch``
 RESERVED = {"job-name": "the executor names each job <study>/<stage>/<run>",

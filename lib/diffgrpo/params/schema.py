@@ -30,9 +30,7 @@ from diffgrpo import policies, rewards
 from diffgrpo.params.files import DEFAULTS_FILE, ParamsError, closest, expand, load_plugin, merge, overrides_mapping, params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, unknown_key, with_includes
 from diffgrpo.params.cluster import ClusterConfig
 from diffgrpo.params.cluster import check as check_cluster
-from diffgrpo.analysis.papers import PAPERS
-
-
+from diffgrpo.registry import PAPERS
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -154,25 +152,6 @@ class TrainConfig(_Section):
     max_completions: PosInt | None
     trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
 
-    def steps(self, n_selected: int | None) -> int:
-        """The update steps of a run that trains on ``n_selected`` prompts: ``max_steps``, or
-        ``epochs`` passes over them, ``ceil(epochs x ceil(n_selected / prompts_per_step) x
-        num_iterations)`` (one generated batch of ``prompts_per_step`` prompts feeds
-        ``num_iterations`` updates). TRL's sampler drops a pass's last partial batch and
-        reshuffles for the next, so with ``n_selected`` not a multiple of ``prompts_per_step``
-        the pass's last update takes the next pass's first batch. The one place a run's length
-        is decided; an arm's: :meth:`Config.run_steps`."""
-        if self.max_steps is not None:
-            return self.max_steps
-        if self.epochs is None:  # refused at load (_check_consistent); a hand-built config may still have it
-            raise ParamsError("train.max_steps and train.epochs are both null; set one")
-        if n_selected is None or n_selected < 1:
-            raise ParamsError(f"train.epochs = {self.epochs:g} counts passes over a run's selection, whose size is "
-                              f"{'not known here' if n_selected is None else n_selected}; run the select stage "
-                              "(02_select) first, or set train.max_steps")
-        per_epoch = math.ceil(n_selected / self.prompts_per_step) * self.num_iterations
-        return max(1, math.ceil(self.epochs * per_epoch - 1e-9))
-
 
 class LevelParams(_Section):
     """One level of paper 002's EPRLI curriculum (docs/paper002.md); every key is required."""
@@ -250,10 +229,14 @@ def budget_size(pool: int, frac: float | None, count: int | None) -> int:
 class ArmConfig(_Section):
     """One arm: a selection policy (``select``, :mod:`diffgrpo.policies`) x a training treatment
     (``reward``, :mod:`diffgrpo.rewards`; ``curriculum: levels``: paper 002's EPRLI levels in
-    order; ``train``: its own train.* settings). A null budget or max_tier is the study's."""
+    order; ``train``: its own train.* settings). A null budget or max_tier is the study's.
+    ``role: control``: a control arm (003's ``random_reward``), whose reward carries no signal
+    about the answers, so its gains are the optimiser's; reports draw it apart. Any other reward
+    without it (partial credit, a length penalty) is an ordinary arm's. Not in a run's key."""
 
     name: str
     select: str
+    role: Literal["arm", "control"] = "arm"
     reward: str | dict[str, float] = rewards.VERIFIER
     curriculum: Literal["none", "levels"] = "none"
     budget_frac: Frac | None = None
@@ -281,13 +264,15 @@ class ArmConfig(_Section):
 
     @property
     def is_control(self) -> bool:
-        """Trains on something other than the verifier's reward alone (drawn apart in reports)."""
-        return self.reward_weights != {rewards.VERIFIER: 1.0}
+        """A control arm (``role: control``): drawn apart in reports, left out of their fits."""
+        return self.role == "control"
 
 
-#: arms a bare name stands for; any other bare name is ``{name: <n>, select: <n>}``
+#: arms a bare name stands for; any other bare name is ``{name: <n>, select: <n>}``. This and
+#: :data:`TREATMENTS` are named *settings* (plain data a params file could spell out), not code a
+#: plugin registers, so they are dicts rather than :class:`diffgrpo.registry.Registry` entries
 NAMED_ARMS: dict[str, dict[str, Any]] = {
-    "random_reward": {"select": "random", "reward": "bernoulli_control"},  # 003's control arm
+    "random_reward": {"select": "random", "reward": "bernoulli_control", "role": "control"},  # 003's control arm
     "eprli": {"select": "levels", "curriculum": "levels"},  # 002: the levels in order
     "eprli_grpo": {"select": "levels"},  # 002: the same prompts, one level with train.*
     "eprli_dynamic": {"select": "levels", "train": {"dynamic_sampling": {"enabled": True}}},
@@ -366,12 +351,27 @@ class Config(_Section):
             return self
         return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}])
 
-    def run_steps(self, arm: str, n_selected: int | None) -> int:
-        """The update steps of one run of ``arm`` whose selection holds ``n_selected`` prompts:
-        the arm's ``train.max_steps``, or its ``train.epochs`` passes over its own selection
-        (:meth:`TrainConfig.steps`), so an arm with a smaller set trains fewer steps an epoch.
-        Every reader of a run's length (training, the finished check, the plan) asks here."""
-        return self.for_arm(arm).train.steps(n_selected)
+    def run_steps(self, arm: str | None, n_selected: int | None) -> int:
+        """The update steps of one run of ``arm`` (None: of this config's own ``train``, one
+        :meth:`for_arm` gave) whose selection holds ``n_selected`` prompts: the arm's
+        ``train.max_steps``, or its ``train.epochs`` passes over its own selection,
+        ``ceil(epochs x ceil(n_selected / prompts_per_step) x num_iterations)`` (one generated
+        batch of ``prompts_per_step`` prompts feeds ``num_iterations`` updates), so an arm with a
+        smaller set trains fewer steps an epoch. TRL's sampler drops a pass's last partial batch
+        and reshuffles for the next, so with ``n_selected`` not a multiple of ``prompts_per_step``
+        the pass's last update takes the next pass's first batch. The one place a run's length
+        is decided: training, the finished check and the plan ask here."""
+        t = (self if arm is None else self.for_arm(arm)).train
+        if t.max_steps is not None:
+            return t.max_steps
+        if t.epochs is None:  # refused at load (_check_consistent); a hand-built config may still have it
+            raise ParamsError("train.max_steps and train.epochs are both null; set one")
+        if n_selected is None or n_selected < 1:
+            raise ParamsError(f"train.epochs = {t.epochs:g} counts passes over a run's selection, whose size is "
+                              f"{'not known here' if n_selected is None else n_selected}; run the select stage "
+                              "(02_select) first, or set train.max_steps")
+        per_epoch = math.ceil(n_selected / t.prompts_per_step) * t.num_iterations
+        return max(1, math.ceil(t.epochs * per_epoch - 1e-9))
 
     def eval_set_names(self) -> list[str]:
         """``test`` (the training task's held-out set), then ``evaluate.sets`` in order."""
@@ -590,8 +590,8 @@ def _check_consistent(cfg: Config, where) -> None:
     _check_arms(cfg, fail)
     _check_eval_sets(cfg, fail)
     _check_levels(cfg, fail)
-    if any(r not in PAPERS for r in cfg.analyze.reports) or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
-        fail("analyze.reports", f"= {cfg.analyze.reports}: each of {list(PAPERS)} at most once")
+    if any(r not in PAPERS.names() for r in cfg.analyze.reports) or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
+        fail("analyze.reports", f"= {cfg.analyze.reports}: each of {PAPERS.names()} at most once")
     bins = cfg.analyze.test_bins
     if len(bins) < 2 or bins[0] != 0.0 or bins[-1] != 1.0 or any(a >= b for a, b in zip(bins, bins[1:])):
         fail("analyze.test_bins", f"= {bins}: p_hat edges from 0.0 to 1.0, increasing (e.g. [0.0, 0.3, 0.7, 1.0])")
@@ -633,6 +633,7 @@ def _check_arms(cfg: Config, fail) -> None:
         bad = [o for o in a.options if not policy.accepts(o)]
         if bad:
             fail("arms", f"{where}: policy {a.select!r} takes no option {bad[0]!r}")
+        _check_role(a, where, fail)
         if a.curriculum == "levels" and a.select != "levels":
             fail("arms", f"{where}: curriculum `levels` trains on the levels' prompts; set `select: levels`")
         if "seeds" in a.train:
@@ -643,6 +644,19 @@ def _check_arms(cfg: Config, fail) -> None:
             fail("arms", f"{where}: its train settings do not validate: {err}")
         if policy.budgeted and cfg.dataset.pool_size is not None:
             _check_budget(cfg, a, arm_cfg.train.prompts_per_step, where, fail)
+
+
+def _check_role(a: ArmConfig, where: str, fail) -> None:
+    """A control arm trains on a reward other than the verifier's; an arm trained on control
+    rewards alone (:func:`diffgrpo.rewards.register` ``control=True``) says it is one, so that a
+    report never fits a control's gains as an arm's."""
+    if a.role == "control" and a.reward_weights == {rewards.VERIFIER: 1.0}:
+        fail("arms", f"{where}: role `control` with the verifier's reward; a control arm trains on a control reward "
+                     "(e.g. `reward: bernoulli_control`), else drop `role: control`")
+    controls = [r for r in a.reward_weights if rewards.get(r).control]
+    if a.role != "control" and controls and len(controls) == len(a.reward_weights):
+        fail("arms", f"{where}: trains on the control reward {controls[0]!r} alone; set `role: control` (reports draw "
+                     "a control arm apart and leave it out of their fits)")
 
 
 def _check_budget_in_steps_or_epochs(t: TrainConfig, fail) -> None:

@@ -33,6 +33,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
+from diffgrpo.registry import Registry
 from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
 
 
@@ -76,6 +77,15 @@ class Executor(Protocol):
         ...
 
 
+#: where a study's notebooks run, by name (``python -m diffgrpo.study --executor <name>``): each
+#: entry makes its executor, ``make(studies, place, kernel=..., detach=...)``, from the studies
+#: ([(Config, notebook parameters)]) and ``place(job)`` (a job's cluster placement); ``slurm``'s
+#: module (:mod:`diffgrpo.study.slurm`) is imported when it is asked for
+EXECUTORS: Registry[Callable[..., Executor]] = Registry(
+    "executor", ValueError, {"local": __name__, "slurm": "diffgrpo.study.slurm"},
+    hint="an executor is a function registered with diffgrpo.study.executors.EXECUTORS.register(name)")
+
+
 def check_graph(jobs: Sequence[NotebookJob]) -> None:
     """Unique names, known dependencies, no cycle."""
     names = [j.name for j in jobs]
@@ -113,6 +123,11 @@ class LocalExecutor:
     progress: bool = True
     poll_s: float = 0.2
     gpus: tuple[str, ...] = ()
+
+    @property
+    def how(self) -> str:
+        """How the jobs run, as the study's progress line says it."""
+        return f"{self.workers} at a time"
 
     def run(self, jobs: Sequence[NotebookJob],
             on_done: Callable[[str, float, float | None], None] | None = None) -> dict[str, float]:
@@ -183,6 +198,16 @@ class LocalExecutor:
             more = f"; not started: {len(skipped)} job(s)" if skipped else ""
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
+
+
+@EXECUTORS.register("local")
+def local_executor(studies, place=None, *, kernel: str | None = None, detach: bool = False) -> LocalExecutor:
+    """``workers`` notebooks at a time on this machine (the most any of the studies sets), each
+    GPU stage on its own GPU(s) where the studies run on cuda."""
+    if detach:
+        raise ValueError("--detach submits to a cluster: add --executor slurm")
+    gpus = visible_gpus() if any(c.model.device == "cuda" for c, _ in studies) else ()
+    return LocalExecutor(workers=max(c.workers for c, _ in studies), kernel=kernel, gpus=gpus)
 
 
 #: the stages that load the model (the select and analyze stages never do)

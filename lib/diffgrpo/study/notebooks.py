@@ -14,9 +14,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+from diffgrpo.params.cluster import STAGES
 from diffgrpo.store.artifacts import checkout_root
 
-STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 KERNEL = "diffgrpo"
 #: what every stage notebook's ``parameters`` cell declares (a test checks each notebook)
 PARAMETERS = ("params_file", "overrides", "progress")

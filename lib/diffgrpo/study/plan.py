@@ -341,12 +341,6 @@ def selected_prompts(cfg: Config, arm: str) -> int:
     return pool if n is None else n
 
 
-def run_steps(cfg: Config, arm: str) -> int:
-    """A run's update steps as planned (:meth:`Config.run_steps` of :func:`selected_prompts`,
-    which only ``train.epochs`` reads)."""
-    return cfg.run_steps(arm, selected_prompts(cfg, arm))
-
-
 def train_work(cfg: Config, arm: str) -> list[TrainWork]:
     """The run's levels as :func:`diffgrpo.train.run_levels` builds them, with the batch
     :func:`diffgrpo.models.devices.batching` derives on each of its ``train.num_processes`` processes
@@ -521,7 +515,7 @@ def _eval_work(cfg: Config) -> list[tuple[str, int, int, int]]:
 
 def checkpoints(cfg: Config, arm: str) -> int:
     """Adapters a run's evaluation scores: every save_steps and the last, or the last only."""
-    t, steps = cfg.for_arm(arm).train, run_steps(cfg, arm)
+    t, steps = cfg.for_arm(arm).train, cfg.run_steps(arm, selected_prompts(cfg, arm))
     if cfg.evaluate.checkpoints == "final":
         return 1
     return steps // t.save_steps + (1 if steps % t.save_steps else 0)

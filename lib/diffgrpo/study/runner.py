@@ -41,7 +41,7 @@ from diffgrpo.params import cluster
 from diffgrpo.models import resolve as data
 from diffgrpo.study import executors, plan, slurm
 from diffgrpo import params, select
-from diffgrpo.study.executors import Executor, LocalExecutor, NotebookJob
+from diffgrpo.study.executors import Executor, NotebookJob
 from diffgrpo.study.notebooks import STAGES, NotebookParameterError, StageFailed
 from diffgrpo.tasks import TaskError
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     "pass, hours on params key `gpu`) without loading weights, and exit (diffgrpo.study.plan)")
     ap.add_argument("--project", metavar="DIR", help="the checkout whose notebooks/, params/ and outputs/ to use "
                     "(default: the one the command runs in; also DIFFGRPO_PROJECT)")
-    ap.add_argument("--executor", choices=("local", "slurm"), default="local",
+    ap.add_argument("--executor", choices=executors.EXECUTORS.names(), default="local",
                     help="local: `workers` notebooks at a time on this machine; slurm: one Slurm job per notebook, "
                     "with the params' cluster: resources (docs/cluster.md)")
     ap.add_argument("--detach", action="store_true", help="with --executor slurm: submit, print the job ids and return")
@@ -117,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     place = placement(owner)
     if args.status:
         return print_status(todo, place)
-    if args.executor == "local":
-        workers = max(c.workers for c, _ in studies)
-        gpus = executors.visible_gpus() if any(c.model.device == "cuda" for c, _ in studies) else ()
-        return run_studies(studies, todo, owner, LocalExecutor(workers=workers, kernel=args.kernel, gpus=gpus),
-                           f"{workers} at a time")
-    executor = slurm.SlurmExecutor(place, kernel=args.kernel, detach=args.detach)
+    executor = executors.EXECUTORS.get(args.executor)(studies, place, kernel=args.kernel, detach=args.detach)
     if args.detach:
         with _study_locks(studies):
             ids = executor.submit(todo)
@@ -131,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"submitted {len(ids)} Slurm job(s); see them with: python -m diffgrpo.study {args.params_file} "
               + ("--campaign " if args.campaign else "") + "--status")
         return 0
-    return run_studies(studies, todo, owner, executor, "one Slurm job each")
+    return run_studies(studies, todo, owner, executor, executor.how)
 
 
 def campaign_jobs(studies: Sequence[tuple[params.Config, dict]], stages: Sequence[str] = STAGES
@@ -242,7 +237,7 @@ def training_cost(cfg: params.Config, arm: str, seed: int) -> float:
         tokens = float(t.max_completion_length)
     if steps is None:  # no selection yet: its planned size (its budget, or the pool)
         try:
-            steps = plan.run_steps(acfg, arm)
+            steps = acfg.run_steps(arm, plan.selected_prompts(acfg, arm))
         except (params.ParamsError, select.SelectionError, OSError, artifacts.ArtifactError):
             steps = 1
     return float(steps * t.prompts_per_step * t.group_size * tokens)

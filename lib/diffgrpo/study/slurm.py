@@ -36,7 +36,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from diffgrpo.store import artifacts, layout
-from diffgrpo.study.executors import NotebookJob, _error_of, check_graph
+from diffgrpo.study.executors import EXECUTORS, NotebookJob, _error_of, check_graph
 from diffgrpo.study.notebooks import DIE_WITH_ENV, StageFailed
 
 #: Slurm states of a job that has not ended (squeue's long names)
@@ -190,6 +190,8 @@ class SlurmExecutor:
     progress: bool = True
     detach: bool = False
     poll_s: float = 5.0
+    #: how the jobs run, as the study's progress line says it
+    how = "one Slurm job each"
 
     def submit(self, jobs: Sequence[NotebookJob]) -> dict[str, str]:
         """Submit ``jobs`` (refused while an earlier submission of one of their studies is
@@ -305,6 +307,12 @@ class SlurmExecutor:
 
     def describe_failure(self, job: NotebookJob, job_id: str, state: str = "") -> str:
         return failure(job, self.place(job).folder, job_id, state)
+
+
+@EXECUTORS.register("slurm")
+def slurm_executor(studies, place, *, kernel: str | None = None, detach: bool = False) -> SlurmExecutor:
+    """One Slurm job per notebook, with the params' ``cluster:`` resources (docs/cluster.md)."""
+    return SlurmExecutor(place, kernel=kernel, detach=detach)
 
 
 def failure(job: NotebookJob, folder: Path, job_id: str, state: str = "") -> str:

@@ -7,13 +7,13 @@ dependencies (math-verify) costs nothing until used.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from diffgrpo.registry import Registry
 from diffgrpo.tasks.base import Task, TaskError, validate_rows
 
-# task name -> module that defines it
-_MODULES = {
+#: the tasks by name; a built-in one's module is imported the first time it is asked for
+TASKS: Registry[type[Task]] = Registry("task", TaskError, {name: f"{__name__}.{module}" for name, module in {
     "gsm8k": "gsm8k",
     "math": "math",
     "math500": "math",
@@ -21,29 +21,23 @@ _MODULES = {
     "bbh_shuffled_objects": "bbh_shuffled_objects",
     "shuffled_objects": "shuffled_objects",
     "arithmetic": "arithmetic",
-}
-_REGISTRY: dict[str, type[Task]] = {}
+}.items()})
 
 
 def register(cls: type[Task]) -> type[Task]:
     """Class decorator: make a task available by its ``name`` (a plugin's too: params
     ``plugins:``, docs/extending.md)."""
-    _REGISTRY[cls.name] = cls
+    TASKS.add(cls.name, cls)
     return cls
 
 
 def names() -> list[str]:
-    return sorted(set(_MODULES) | set(_REGISTRY))
+    return sorted(TASKS.names())
 
 
 def get(name: str, **options: Any) -> Task:
     """The task called ``name``, built with ``options`` (its difficulty knobs, subsets...)."""
-    if name not in _MODULES and name not in _REGISTRY:
-        raise TaskError(f"unknown task {name!r}; known tasks: {names()}. Your own task goes in a plugin file named "
-                        "by the params key `plugins:` (docs/extending.md)")
-    if name not in _REGISTRY:
-        importlib.import_module(f"{__name__}.{_MODULES[name]}")
-    cls = _REGISTRY[name]
+    cls = TASKS.get(name)
     _check_options(cls, name, options)
     return cls(**options)
 
@@ -66,4 +60,4 @@ def _check_options(cls: type[Task], name: str, options: dict[str, Any]) -> None:
                         + f"; its options are {known or 'none'}")
 
 
-__all__ = ["Task", "TaskError", "get", "names", "register", "validate_rows"]
+__all__ = ["TASKS", "Task", "TaskError", "get", "names", "register", "validate_rows"]

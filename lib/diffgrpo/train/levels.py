@@ -38,7 +38,7 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
     """The run's levels: ``eprli.levels`` for an arm with ``curriculum: levels`` (each level's
     completion budget is its share of steps times ``train.max_completions``), else one level
     from ``train.*`` (``cfg``: the arm's, :meth:`Config.for_arm`), its steps
-    :meth:`~diffgrpo.params.TrainConfig.steps` of the run's ``n_selected`` prompts (needed with
+    :meth:`~diffgrpo.params.Config.run_steps` of the run's ``n_selected`` prompts (needed with
     ``train.epochs``)."""
     t = cfg.train
     rounds = t.dynamic_sampling.max_rounds
@@ -48,7 +48,7 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
                       None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))
                 for lv in cfg.eprli.levels]
     dynamic = t.dynamic_sampling.enabled
-    return [Level(None, t.steps(n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
+    return [Level(None, cfg.run_steps(arm, n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
                   t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
 
 

@@ -48,12 +48,12 @@ from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
 
 
-def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
-    """The selection's prompts (id, prompt, answer, tier, p_hat; an EPRLI strategy's also
+def selected_rows(cfg: Config, arm: str, seed: int = 0) -> pd.DataFrame:
+    """The selection's prompts (id, prompt, answer, tier, p_hat; an EPRLI arm's also
     level), in the selection's order (a per-seed policy's: the one drawn for training seed ``seed``)."""
-    path = select.selection_path(cfg, strategy, seed)
+    path = select.selection_path(cfg, arm, seed)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no selection {strategy!r}; run the select stage first")
+        raise FileNotFoundError(f"{path}: no selection {arm!r}; run the select stage first")
     selection = artifacts.read_parquet(path, "02_select")
     ids = selection["id"].astype(str)
     pool = splits.load_pool(cfg).set_index("id")
@@ -71,7 +71,7 @@ def selected_rows(cfg: Config, strategy: str, seed: int = 0) -> pd.DataFrame:
     if len(ids) < cfg.train.prompts_per_step:
         raise ValueError(f"{path}: {len(ids)} prompts, fewer than train.prompts_per_step = {cfg.train.prompts_per_step}")
     out = pool.loc[list(ids), ["prompt", "answer", "tier"]].reset_index().assign(p_hat=selection["p_hat"].to_numpy())
-    if cfg.arm(strategy).select == "levels":  # each prompt's EPRLI level (policies.levels)
+    if cfg.arm(arm).select == "levels":  # each prompt's EPRLI level (policies.levels)
         if "level" not in selection:
             raise ValueError(f"{path}: no `level` column; rerun the select stage (02_select)")
         out["level"] = selection["level"].to_numpy()
@@ -102,31 +102,31 @@ def run_reward_key(arm, rows: pd.DataFrame, seed: int) -> dict | None:
     return {"weights": weights, "rewards": {n: rewards.get(n).run_key(rows, seed) for n in weights}}
 
 
-def train_run(cfg: Config, strategy: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
-    """Train one (arm, seed) run (``strategy``: the arm's name); resume it if interrupted, skip it
+def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
+    """Train one (arm, seed) run (``arm``: the arm's name); resume it if interrupted, skip it
     if finished. Returns its folder. One writer at a time: a second process training the same
     run is refused. The arm's own training settings apply (:meth:`Config.for_arm`)."""
-    launched = cfg.for_arm(strategy).train.num_processes
+    launched = cfg.for_arm(arm).train.num_processes
     if devices.num_processes() == 1 and launched > 1:  # the study's 03_train job: start the processes
-        return launch_run(cfg, strategy, seed, launched, force=force)
-    cfg = cfg.for_arm(strategy)
-    run_dir = layout.run_dir(cfg, strategy, seed)
+        return launch_run(cfg, arm, seed, launched, force=force)
+    cfg = cfg.for_arm(arm)
+    run_dir = layout.run_dir(cfg, arm, seed)
     if devices.num_processes() != launched:
-        raise ValueError(f"run {layout.run_id(strategy, seed)}: launched with {devices.num_processes()} processes, but "
+        raise ValueError(f"run {layout.run_id(arm, seed)}: launched with {devices.num_processes()} processes, but "
                          f"train.num_processes = {launched} (it is part of the run's key): set train.num_processes "
                          f"to {devices.num_processes()} (--set train.num_processes={devices.num_processes()}), or let "
                          "the study start the processes")
     if not devices.is_main_process():  # under a launcher the main process holds the lock and writes
-        return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
+        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force)
     with artifacts.exclusive(run_dir):
-        return _train_run(cfg, strategy, seed, run_dir, progress=progress, force=force)
+        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force)
 
 
-def _train_run(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
+def _train_run(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
     """A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
     finished), :func:`train_level` for each level (the whole run, or paper 002's EPRLI levels one
     after the other), :func:`finish` (the manifest that records it)."""
-    run = prepare(cfg, strategy, seed, run_dir, progress=progress, force=force)
+    run = prepare(cfg, arm, seed, run_dir, progress=progress, force=force)
     if run is None:  # finished before
         return run_dir
     for i, lv in enumerate(run.levels):
@@ -142,7 +142,7 @@ class Run:
     the next (the steps done before it, the adapter it carries on from)."""
 
     cfg: Config  # the arm's (Config.for_arm)
-    strategy: str
+    arm: str
     seed: int
     folder: RunFolder
     rows: pd.DataFrame  # the selection's prompts (selected_rows)
@@ -174,17 +174,17 @@ class Run:
                                         **(extra or {})}, status, steps_done)
 
 
-def prepare(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Run | None:
+def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Run | None:
     """The run's selection, levels and key; what its folder holds (a finished run: None; one
     with other settings or damaged: set aside, :meth:`RunFolder.previous`); its params written."""
     folder = RunFolder(run_dir)
-    rows = selected_rows(cfg, strategy, seed)
-    arm = cfg.arm(strategy)
-    max_steps = cfg.run_steps(strategy, len(rows))  # train.max_steps, or train.epochs passes over these rows
-    levels = eprli.run_levels(cfg, strategy, len(rows))
-    reward_key = run_reward_key(arm, rows, seed)
+    rows = selected_rows(cfg, arm, seed)
+    arm_cfg = cfg.arm(arm)
+    max_steps = cfg.run_steps(arm, len(rows))  # train.max_steps, or train.epochs passes over these rows
+    levels = eprli.run_levels(cfg, arm, len(rows))
+    reward_key = run_reward_key(arm_cfg, rows, seed)
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
-                         [lv.key() for lv in levels] if arm.select == "levels" else None)
+                         [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
@@ -199,12 +199,12 @@ def prepare(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: b
         "key": key,
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file},
         "task": task.describe(),
-        "strategy": strategy,
-        "select": arm.select,
-        "curriculum": arm.curriculum,
+        "strategy": arm,
+        "select": arm_cfg.select,
+        "curriculum": arm_cfg.curriculum,
         "seed": seed,
-        "selection": artifacts.relative(select.selection_path(cfg, strategy, seed), layout.study_dir(cfg)),
-        "reward": {"weights": arm.reward_weights, **(reward_key or {"kind": rewards.VERIFIER})},
+        "selection": artifacts.relative(select.selection_path(cfg, arm, seed), layout.study_dir(cfg)),
+        "reward": {"weights": arm_cfg.reward_weights, **(reward_key or {"kind": rewards.VERIFIER})},
         "num_prompts": len(rows),
         "max_steps": max_steps,
         "num_processes": n_processes,
@@ -212,7 +212,7 @@ def prepare(cfg: Config, strategy: str, seed: int, run_dir: Path, *, progress: b
     }
     if is_main:
         folder.write_params(cfg)
-    return Run(cfg, strategy, seed, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
+    return Run(cfg, arm, seed, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
                resumed_from=(manifest or {}).get("resumed_from", []))
 
 
@@ -234,7 +234,7 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
     steps, groups = run.folder.previous_rows(run.offset + resumed_step) if run.is_main else ([], [])
     before = int(sum(len(g["rewards"]) for g in groups if g["step"] <= run.offset))
     run.recorder = recorder = Recorder(
-        run.task, lv.group_size, steps, groups, run.cfg.arm(run.strategy).reward_weights,
+        run.task, lv.group_size, steps, groups, run.cfg.arm(run.arm).reward_weights,
         (lv.length_weight, lv.max_completion_length, run.cfg.train.length_reward.cache),
         step_offset=run.offset, level=lv.name, seed=run.seed, rows=run.rows)
     budget = Budget(recorder, lv.max_completions, before)
@@ -275,7 +275,7 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
     model, tokenizer, dataset = _level_data(cfg, lv, level_rows)
     tidy = Tidy(ckpt_dir)
     callbacks = [recorder, budget, tidy] + (
-        [Progress(layout.run_id(run.strategy, run.seed) + ("" if one else f" {lv.name}"))] if run.progress else [])
+        [Progress(layout.run_id(run.arm, run.seed) + ("" if one else f" {lv.name}"))] if run.progress else [])
     peft_config = lora_config(cfg)
     set_seed(run.seed)  # PEFT draws the LoRA init before TRL seeds anything
     if run.adapter is not None:  # the adapter carries on from the level before
@@ -370,16 +370,16 @@ def finish(run: Run) -> None:
     })
 
 
-def launch_command(params_file: Path, strategy: str, seed: int, n_processes: int, port: int) -> list[str]:
+def launch_command(params_file: Path, arm: str, seed: int, n_processes: int, port: int) -> list[str]:
     """The command that trains one run on ``n_processes`` processes (one GPU each):
     ``accelerate launch`` of :func:`main`, mixed precision left to the params (``train.bf16``)."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n_processes),
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
             "--main_process_port", str(port), "-m", "diffgrpo.train", str(params_file),
-            "--arm", strategy, "--seed", str(seed)]
+            "--arm", arm, "--seed", str(seed)]
 
 
-def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force: bool = False) -> Path:
+def launch_run(cfg: Config, arm: str, seed: int, n_processes: int, *, force: bool = False) -> Path:
     """Train one run on ``train.num_processes`` processes: :func:`launch_command` with the
     study's params (written to a temporary file), in the GPUs this process may use
     (``CUDA_VISIBLE_DEVICES``, which the study runner sets per job); its output is printed
@@ -387,7 +387,7 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
     import subprocess
     import tempfile
 
-    run_dir = layout.run_dir(cfg.for_arm(strategy), strategy, seed)
+    run_dir = layout.run_dir(cfg.for_arm(arm), arm, seed)
     if force and run_dir.exists():
         with artifacts.exclusive(run_dir):
             shutil.rmtree(run_dir)
@@ -395,13 +395,13 @@ def launch_run(cfg: Config, strategy: str, seed: int, n_processes: int, *, force
     with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
         params_file = Path(tmp) / layout.PARAMS
         params_file.write_text(params.dump(cfg))
-        cmd = launch_command(params_file, strategy, seed, n_processes, port)
+        cmd = launch_command(params_file, arm, seed, n_processes, port)
         done = subprocess.run(cmd, capture_output=True, text=True)
     print(done.stdout, end="")
     print(done.stderr, end="", file=sys.stderr)
     if done.returncode != 0:
         errors = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error:" in ln]
-        raise RuntimeError(f"run {layout.run_id(strategy, seed)} on {n_processes} processes failed (exit "
+        raise RuntimeError(f"run {layout.run_id(arm, seed)} on {n_processes} processes failed (exit "
                            f"{done.returncode}): {errors[-1].strip() if errors else 'see its output above'}\n"
                            f"  command: {' '.join(cmd)}")
     return run_dir
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("params_file", help="a file in params/ (name or path)")
-    ap.add_argument("--arm", "--strategy", dest="arm", required=True, help="an arm of the params file's `arms`")
+    ap.add_argument("--arm", required=True, help="an arm of the params file's `arms`")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")

@@ -8,22 +8,22 @@ module's ``write(study)`` writes its tables into the report folder and returns i
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
-#: the papers a study can ask a report for
-PAPERS = ("003", "001", "000", "002")
+# the papers a study can ask a report for live in the foundation layer, so that the params can
+# check ``analyze.reports`` against their names without importing this one
+from diffgrpo.registry import PAPERS
+
+__all__ = ["PAPERS", "arm_selecting", "get", "names"]
 
 
 def names() -> list[str]:
-    return list(PAPERS)
+    return PAPERS.names()
 
 
 def get(paper: str) -> ModuleType:
     """The report module of ``paper`` (``"003"`` -> :mod:`diffgrpo.analysis.papers.paper003`)."""
-    if paper not in PAPERS:
-        raise ValueError(f"no report for paper {paper!r}; reports: {list(PAPERS)}")
-    return importlib.import_module(f"{__name__}.paper{paper}")
+    return PAPERS.get(paper)
 
 
 def arm_selecting(cfg, policy: str, ran: set[str]) -> str | None:
