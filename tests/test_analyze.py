@@ -675,7 +675,7 @@ def test_the_control_role_comes_from_the_params_file():
         {"name": "noise", "select": "random", "reward": "bernoulli_control", "role": "control"},
         {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"},
         {"name": "partial", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
-    assert analyze.control_arms(cfg) == ["noise", "random_reward", "shaped"]
+    assert analyze.control_arms(cfg) == ["noise", "shaped"]  # an arm named random_reward, defined anew, is an arm
 
 
 # ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----
