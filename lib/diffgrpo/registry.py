@@ -1,5 +1,5 @@
 """Registries of named things a study refers to: selection policies, rewards, tasks, paper
-reports and executors, each a :class:`Registry`.
+reports, report sections and executors, each a :class:`Registry`.
 
 One entry per name: the same code registered again (a reloaded or copied plugin) is accepted,
 another refused; an unknown name lists the known ones and says where plugins go. A registry can
@@ -74,6 +74,12 @@ class Registry(Generic[T]):
             raise self.error(f"unknown {self.kind} {name!r}; registered: {self.names()}"
                              + (f". {self.hint}" if self.hint else ""))
         return self._entries[name]
+
+    def remove(self, name: str) -> None:
+        """Forget a registered entry (a notebook or a test that added one for a while); a
+        built-in name stays known."""
+        self._entries.pop(name, None)
+        self._code.pop(name, None)
 
     def names(self) -> list[str]:
         """The built-in names in their order, then the others in the order they were registered."""

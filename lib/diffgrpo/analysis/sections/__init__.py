@@ -48,15 +48,19 @@ per key). A section that belongs to every study's report goes here instead, as
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
-#: the built-in sections (modules of this package), in report order
-BUILT_IN = ("runs", "verdict", "regression", "arms", "contrasts", "curves", "learnability", "tiers", "selections",
-            "confounds", "test_difficulty", "paper_tables")
+from diffgrpo.registry import Registry
 
-_added: dict[str, Any] = {}  # sections registered by a plugin or a notebook, in the order they came
+#: the built-in sections (modules of this package), in report order; the name is the section's
+#: (its summary.json key where it writes one), the module says what it holds
+BUILT_IN = {name: f"{__name__}.{name}" for name in (
+    "runs", "verdict", "regression", "arms", "contrasts", "curves", "learnability", "tiers", "selections",
+    "confounds")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
+
+#: every section: the built-in ones, then those a plugin or a notebook registered, in that order
+SECTIONS: Registry[Any] = Registry("report section", ValueError, BUILT_IN,
+                                   hint="a section declares TABLES, FIGURES and write(study) (diffgrpo.analysis.sections)")
 
 
 def register(name: str, section: Any) -> None:
@@ -67,27 +71,21 @@ def register(name: str, section: Any) -> None:
     if missing:
         raise TypeError(f"report section {name!r} has no {', '.join(missing)}: a section declares TABLES, FIGURES "
                         "and write(study) -> its part of summary.json")
-    old = _added.get(name)
-    same = old is section or (old is not None and getattr(old, "__name__", None) == getattr(section, "__name__", ""))
-    if name in BUILT_IN or (old is not None and not same):
+    if name in BUILT_IN:
         raise ValueError(f"report section {name!r} is registered already; sections: {names()}")
-    _added[name] = section
+    SECTIONS.add(name, section)
 
 
 def unregister(name: str) -> None:
     """Remove a registered section (a notebook or a test that added one for a while)."""
-    _added.pop(name, None)
+    SECTIONS.remove(name)
 
 
 def names() -> list[str]:
     """Every section, in report order: the built-in ones, then those registered."""
-    return [*BUILT_IN, *_added]
+    return SECTIONS.names()
 
 
-def get(name: str) -> ModuleType | Any:
+def get(name: str) -> Any:
     """The section ``name`` (``"arms"`` -> :mod:`diffgrpo.analysis.sections.arms`)."""
-    if name in BUILT_IN:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _added:
-        return _added[name]
-    raise ValueError(f"no report section {name!r}; sections: {names()}")
+    return SECTIONS.get(name)
