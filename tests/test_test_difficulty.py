@@ -175,11 +175,10 @@ def test_gsm8k_released_code_prompt_and_strict_scorer():
 
 
 def test_the_plan_counts_the_test_set_s_probe():
-    from diffgrpo.study import plan
-    from diffgrpo import study
+    from diffgrpo.study import graph, plan
 
     def probe_row(cfg):
-        table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))
+        table = plan.plan(cfg, graph.jobs(cfg, {"params_file": "", "overrides": {}}))
         return table[table["stage"] == "01_probe"].iloc[0]
 
     off = params.load("tiny", overrides={"probe.test": False})
