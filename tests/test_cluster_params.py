@@ -110,6 +110,7 @@ def test_a_campaign_of_a_file_that_compares_nothing_is_refused(capsys):
     assert "--campaign runs the studies that `analyze.compare` names, and it names none" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_status_of_a_local_study_reads_its_files(tmp_path, monkeypatch, capsys):
     """--status needs no Slurm: a study never run is `not submitted`; a notebook that failed
     here is `failed`, with its error and its log; a finished one is `done`."""

@@ -222,7 +222,7 @@ def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tm
                                                                        "03_train hard-seed1": 2}
     assert {j.gpus for j in todo if j.stage in ("01_probe", "04_evaluate")} == {1}
     jobs = [GpuJob(j.name, j.stage, tmp_path / f"{j.name.replace(' ', '_')}.json", {}, j.after, gpus=j.gpus)
-            for j in graph]
+            for j in todo]
     executors.LocalExecutor(workers=3, progress=False, poll_s=0.05, gpus=("0", "1", "2", "3")).run(jobs)
     ran = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     given = {name: r["gpus"].split(",") if r["gpus"] else [] for name, r in ran.items()}

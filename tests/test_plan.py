@@ -148,6 +148,7 @@ def test_a_study_in_epochs_is_planned_per_arm_from_its_selection_size():
     assert plan.checkpoints(cfg, "hard") == -(-plan.run_steps(cfg, "hard") // save)
 
 
+@pytest.mark.e2e
 def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
     """`make gpu-smoke` (scripts/gpu_smoke.py) on a machine where torch sees no GPU: exit 2 and
     a line saying why, before anything runs. Its study (params/gpu_smoke.yaml) is on the GPU

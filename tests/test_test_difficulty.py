@@ -118,6 +118,7 @@ def test_p_hat_band_takes_a_whole_bucket():
         band(prompts, None, rng, low=0.5, high=0.2)
 
 
+@pytest.mark.e2e
 def test_the_real_probe_of_the_test_set_is_keyed_apart_from_the_pool_s(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     off = params.load("tiny", overrides={"dataset.pool_size": 16, "dataset.test_size": 12, "probe.k": 2})
