@@ -13,7 +13,7 @@ GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d'
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study test test-all setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
+.PHONY: study test test-unit test-all setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
 
 setup: $(STAMP)
 
@@ -32,9 +32,20 @@ $(STAMP): pyproject.toml
 study: $(STAMP)
 	$(PY) -m diffgrpo.study $(STUDY)
 
+# Three tiers of tests (pytest markers in pyproject.toml; README "Tests"):
+#   make test-unit  the unit tests, under 2 minutes: leaves out `e2e` (a stage notebook run by nbval,
+#                   a model trained, a study started), `slow`, `cluster` and `download`
+#   make test       all but `slow` and `cluster`: the unit tests, the `e2e` ones (the five notebooks
+#                   end to end) and the `download` ones; what CI runs
+#   make test-all   every test, the `slow` ones too
+
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow and not cluster" -q -rs -p no:cacheprovider
+
+## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
+test-unit: $(STAMP)
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download" -q -rs -p no:cacheprovider
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)

@@ -50,11 +50,11 @@ def report(outputs: Path, overrides: dict) -> str:
     import pandas as pd
 
     from diffgrpo.store import artifacts, layout
-    from diffgrpo import params, study
-    from diffgrpo.study import plan
+    from diffgrpo import params
+    from diffgrpo.study import graph, plan
 
     cfg = params.load(STUDY, overrides=overrides)
-    table = plan.plan(cfg, study.jobs(cfg, {"params_file": STUDY, "overrides": overrides}))
+    table = plan.plan(cfg, graph.jobs(cfg, {"params_file": STUDY, "overrides": overrides}))
     timings = artifacts.read_json(layout.study_dir(cfg) / layout.TIMINGS, STUDY)["notebooks"]
     rows = []
     for _, job in table.iterrows():

@@ -9,6 +9,7 @@ import os
 import tempfile
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -21,6 +22,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_configure(config):
     os.environ.setdefault("DIFFGRPO_OUTPUTS", _SESSION_OUTPUTS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The stage notebooks nbval runs (tests/notebooks/) are `e2e` tests: `make test` runs them,
+    `make test-unit` leaves them out."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.e2e)
 
 
 def executed_notebooks(study_root, cfg) -> list:

@@ -66,6 +66,7 @@ def test_the_runner_refuses_before_any_notebook_and_prints_one_line(tmp_path, mo
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.e2e
 def test_a_failed_notebook_is_one_line_naming_the_error_and_the_executed_copy(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     assert study.cli(["smoke", "--stages", "02_select", "--kernel", "python3"]) == 1  # no probe yet
@@ -124,6 +125,7 @@ def test_one_local_file_as_both_splits_is_refused_rather_than_overlapping():
 
 
 # ---- relative paths mean the folder the command ran in -------------------------------------
+@pytest.mark.e2e
 def test_relative_paths_are_resolved_where_the_command_ran(tmp_path):
     """A relative params file, dataset.source and DIFFGRPO_OUTPUTS, from a folder that is not
     the repository: the kernels run in notebooks/, yet every path means what was typed."""

@@ -7,6 +7,7 @@ import yaml
 from diffgrpo.params import cluster
 from diffgrpo.store import layout
 from diffgrpo import params, study
+from diffgrpo.study import graph
 from diffgrpo.params import ParamsError
 
 
@@ -86,9 +87,9 @@ def test_a_campaign_runs_every_compared_study_and_the_last_analysis_waits_for_al
     for e in entries:
         cfg = params.load(e)
         studies.append((cfg, {"params_file": e, "overrides": {}}))
-    todo, owner = study.campaign_jobs(studies)
+    todo, owner = graph.campaign_jobs(studies)
     names = [c.study for c, _ in studies]
-    alone = {n: study.jobs(c, nb) for n, (c, nb) in zip(names, studies)}
+    alone = {n: graph.jobs(c, nb) for n, (c, nb) in zip(names, studies)}
     assert len(todo) == sum(len(j) for j in alone.values())
     by_name = {j.name: j for j in todo}
     for n in names:  # each study's graph, its names prefixed
@@ -109,6 +110,7 @@ def test_a_campaign_of_a_file_that_compares_nothing_is_refused(capsys):
     assert "--campaign runs the studies that `analyze.compare` names, and it names none" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_status_of_a_local_study_reads_its_files(tmp_path, monkeypatch, capsys):
     """--status needs no Slurm: a study never run is `not submitted`; a notebook that failed
     here is `failed`, with its error and its log; a finished one is `done`."""

@@ -23,6 +23,8 @@ from diffgrpo import params, select, study
 
 from conftest import executed_notebooks
 
+pytestmark = pytest.mark.e2e  # every task through the five notebooks: `make test`, not `make test-unit`
+
 DATA = Path(__file__).parent / "data"
 
 #: per task, what a study file for it would set on top of params/smoke.yaml

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from diffgrpo.study import executors
+from diffgrpo.study import executors, graph
 from diffgrpo.store import layout
-from diffgrpo import params, study
+from diffgrpo import params
 from diffgrpo.study.notebooks import StageFailed
 
 
@@ -80,7 +80,7 @@ def test_a_malformed_graph_is_refused_before_anything_runs(tmp_path, jobs, error
 def test_the_study_graph_trains_and_evaluates_each_run_alone():
     cfg = params.load("tiny")
     nb = {"params_file": "tiny", "overrides": {"train.max_steps": 4}}
-    jobs = {j.name: j for j in study.jobs(cfg, nb)}
+    jobs = {j.name: j for j in graph.jobs(cfg, nb)}
     runs = [layout.run_id(a, s) for a, s in layout.planned_runs(cfg)]
     assert list(jobs) == ["01_probe", "02_select", "04_evaluate base",
                           *[f"{stage} {rid}" for rid in runs for stage in ("03_train", "04_evaluate")], "05_analyze"]
@@ -95,7 +95,7 @@ def test_the_study_graph_trains_and_evaluates_each_run_alone():
     assert jobs["01_probe"].parameters == nb  # one notebook for the stage: the study's own workers
 
     # a stage left out is taken as done: nothing waits for it
-    only = study.jobs(cfg, nb, stages=["03_train", "04_evaluate"])
+    only = graph.jobs(cfg, nb, stages=["03_train", "04_evaluate"])
     after = {j.name: j.after for j in only}
     assert after[f"03_train {runs[0]}"] == () and "01_probe" not in after and "05_analyze" not in after
     assert after[f"04_evaluate {runs[0]}"] == (f"03_train {runs[0]}", "04_evaluate base")
@@ -136,16 +136,16 @@ def test_the_study_starts_the_run_with_the_longest_completions_first(tmp_path, m
     for arm, ids in {"hard": ["p1", "p2"], "easy": ["p3", "p4"], "easy_long": ["p3", "p4"]}.items():
         pd.DataFrame({"id": ids}).to_parquet(layout.selection_file(cfg, arm))
     t = cfg.train
-    assert study.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * 55.0
-    assert study.training_cost(cfg, "easy", 0) == t.max_steps * t.prompts_per_step * t.group_size * 17.0
-    assert study.training_cost(cfg, "easy_long", 0) == 40 * t.prompts_per_step * t.group_size * 17.0
+    assert graph.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * 55.0
+    assert graph.training_cost(cfg, "easy", 0) == t.max_steps * t.prompts_per_step * t.group_size * 17.0
+    assert graph.training_cost(cfg, "easy_long", 0) == 40 * t.prompts_per_step * t.group_size * 17.0
     nb = {"params_file": "tiny", "overrides": {}}
-    ranks = {j.name: j.rank() for j in study.jobs(cfg, nb)}
+    ranks = {j.name: j.rank() for j in graph.jobs(cfg, nb)}
     assert ranks["03_train easy_long-seed0"] > ranks["03_train hard-seed0"] > ranks["03_train easy-seed0"] > 0
     assert ranks["04_evaluate hard-seed0"] == 0  # evaluations fill in behind the trainings
     # before the selection exists, the length limit stands in
     (layout.selection_file(cfg, "hard")).unlink()
-    assert study.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * t.max_completion_length
+    assert graph.training_cost(cfg, "hard", 0) == t.max_steps * t.prompts_per_step * t.group_size * t.max_completion_length
 
 
 @dataclass(frozen=True)
@@ -216,15 +216,13 @@ def test_the_runner_lends_the_gpus_it_may_use(monkeypatch):
 def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tmp_path):
     """train.num_processes: 2 on a node lending 4 GPUs: each study training job is given 2 GPUs
     of its own (what its accelerate launch spreads over), the evaluations 1, selection none."""
-    from diffgrpo import params, study
-
     cfg = params.load("embedded", overrides={"train.num_processes": 2, "train.seeds": [0, 1], "arms": ["hard"]})
-    graph = study.jobs(cfg, {"params_file": "embedded", "overrides": {}, "progress": False})
-    assert {j.name: j.gpus for j in graph if j.stage == "03_train"} == {"03_train hard-seed0": 2,
+    todo = graph.jobs(cfg, {"params_file": "embedded", "overrides": {}, "progress": False})
+    assert {j.name: j.gpus for j in todo if j.stage == "03_train"} == {"03_train hard-seed0": 2,
                                                                        "03_train hard-seed1": 2}
-    assert {j.gpus for j in graph if j.stage in ("01_probe", "04_evaluate")} == {1}
+    assert {j.gpus for j in todo if j.stage in ("01_probe", "04_evaluate")} == {1}
     jobs = [GpuJob(j.name, j.stage, tmp_path / f"{j.name.replace(' ', '_')}.json", {}, j.after, gpus=j.gpus)
-            for j in graph]
+            for j in todo]
     executors.LocalExecutor(workers=3, progress=False, poll_s=0.05, gpus=("0", "1", "2", "3")).run(jobs)
     ran = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     given = {name: r["gpus"].split(",") if r["gpus"] else [] for name, r in ran.items()}

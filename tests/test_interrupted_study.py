@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from diffgrpo.store import layout
 from diffgrpo import params, probe, select, train
+
+pytestmark = pytest.mark.e2e  # a study killed and rerun: `make test`, not `make test-unit`
 
 OVERRIDES = {"workers": 2, "arms": ["hard", "random"], "train.max_steps": 24, "train.save_steps": 3}
 

@@ -48,6 +48,7 @@ def greedy(cfg, rid):
     return pd.read_parquet(layout.eval_dir(cfg, rid) / "samples.parquet").query("mode == 'greedy'")
 
 
+@pytest.mark.e2e
 def test_retraining_with_another_setting_recomputes_the_evaluation(cfg):
     """The issue's case: runs/ deleted, retrained at another lr, evaluated: the evaluation must
     score the new adapters, not the cached completions of the old ones."""
@@ -65,6 +66,7 @@ def test_retraining_with_another_setting_recomputes_the_evaluation(cfg):
     assert not retrained["completion"].reset_index(drop=True).equals(old["completion"].reset_index(drop=True))
 
 
+@pytest.mark.e2e
 def test_a_rebuilt_model_recomputes_probe_training_and_evaluation(cfg, tmp_path):
     study(cfg)
     probe_before, run = layout.probe_dir(cfg), layout.run_dir(cfg, "hard", 0)
@@ -84,6 +86,7 @@ def test_a_rebuilt_model_recomputes_probe_training_and_evaluation(cfg, tmp_path)
     assert json.loads((layout.eval_dir(cfg, "base") / "manifest.json").read_text())["key"] != base_before
 
 
+@pytest.mark.e2e
 def test_the_report_refuses_an_evaluation_older_than_its_run(cfg):
     study(cfg)
     manifest = layout.run_dir(cfg, "hard", 0) / "manifest.json"
@@ -94,6 +97,7 @@ def test_the_report_refuses_an_evaluation_older_than_its_run(cfg):
         analyze.report(cfg)
 
 
+@pytest.mark.e2e
 def test_an_unfinished_run_is_not_evaluated(cfg):
     probe.run_probe(cfg, progress=False)
     select.run_select(cfg)
@@ -105,6 +109,7 @@ def test_an_unfinished_run_is_not_evaluated(cfg):
         evaluate.evaluate_run(cfg, "hard", 0, progress=False)
 
 
+@pytest.mark.e2e
 def test_a_damaged_probe_file_is_found_and_rebuilt(cfg):
     out = probe.run_probe(cfg, progress=False)
     good = pd.read_parquet(out / "prompts.parquet")
@@ -140,6 +145,7 @@ def test_artifacts_respect_the_umask(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.e2e
 def test_a_damaged_finished_run_is_set_aside_and_trained_again(cfg):
     probe.run_probe(cfg, progress=False)
     select.run_select(cfg)

@@ -36,6 +36,7 @@ def test_every_notebook_declares_its_parameters(stage):
     assert sorted(declared) == sorted(notebooks.parameters_of(stage))
 
 
+@pytest.mark.e2e
 def test_a_misspelled_parameter_fails_a_directly_run_notebook(tmp_path, monkeypatch):
     """`papermill nb out -p params_fil tiny` would only warn and run the default study."""
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))

@@ -172,3 +172,24 @@ def test_no_function_in_the_library_is_over_80_lines():
             for p in PACKAGE.rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
     assert long == []
+
+
+def test_a_notebook_s_plan_cell_loads_neither_the_runner_nor_an_executor():
+    """The stage notebooks' plan cell imports :mod:`diffgrpo.study.plan` and :mod:`diffgrpo.study.graph`
+    only: in a fresh interpreter that loads no runner, no Slurm executor, no submitit and no
+    papermill. The package's lazy names (``diffgrpo.study.jobs``, ``.run_study``) still resolve."""
+    import subprocess
+    import sys
+
+    code = ("import sys, diffgrpo.study.plan, diffgrpo.study.graph\n"
+            "print(sorted(m for m in sys.modules if m in ('diffgrpo.study.runner', 'diffgrpo.study.slurm')\n"
+            "             or m.split('.')[0] in ('submitit', 'papermill')))\n"
+            "from diffgrpo import study\n"
+            "assert study.jobs is diffgrpo.study.graph.jobs and study.campaign_jobs is diffgrpo.study.graph.campaign_jobs\n"
+            "assert 'diffgrpo.study.runner' not in sys.modules  # a graph name does not load the runner\n"
+            "from diffgrpo.study import runner\n"
+            "assert study.run_study is runner.run_study and study.placement is runner.placement\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

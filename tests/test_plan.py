@@ -8,7 +8,7 @@ import pytest
 
 from diffgrpo import params, study
 from diffgrpo.study import runner
-from diffgrpo.study import plan
+from diffgrpo.study import graph, plan
 
 FILES = sorted(p.stem for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
 GPU_FILES = [f for f in FILES if params.load(f).model.device == "cuda"]
@@ -83,7 +83,7 @@ def test_every_gpu_study_fits_one_h100_on_the_vllm_path(name):
     cfg = params.load(name)
     assert cfg.gpu == "h100-80gb" and plan.GPUS[cfg.gpu].memory_gib < 80
     assert cfg.generation.backend == "vllm" and cfg.train.use_vllm and cfg.train.trl["vllm_enable_sleep_mode"]
-    table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))
+    table = plan.plan(cfg, graph.jobs(cfg, {"params_file": "", "overrides": {}}))
     assert plan.problems(cfg, table) == []
     usable = plan.USABLE * plan.GPUS["h100-80gb"].memory_gib
     train = table[table["pass"] == "train"]
@@ -117,7 +117,7 @@ def test_a_study_that_does_not_fit_stops_before_any_notebook(monkeypatch):
 
 def test_a_colocated_vllm_without_a_max_model_length_is_refused_for_llama():
     cfg = params.load("paper003_table3_llama3_8b", overrides={"train.trl.vllm_max_model_length": None})
-    why = plan.problems(cfg, plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}})))
+    why = plan.problems(cfg, plan.plan(cfg, graph.jobs(cfg, {"params_file": "", "overrides": {}})))
     assert why and "colocated vLLM start" in why[0] and "train.trl.vllm_max_model_length" in why[0]
 
 
@@ -148,6 +148,7 @@ def test_a_study_in_epochs_is_planned_per_arm_from_its_selection_size():
     assert plan.checkpoints(cfg, "hard") == -(-cfg.run_steps("hard", plan.selected_prompts(cfg, "hard")) // save)
 
 
+@pytest.mark.e2e
 def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
     """`make gpu-smoke` (scripts/gpu_smoke.py) on a machine where torch sees no GPU: exit 2 and
     a line saying why, before anything runs. Its study (params/gpu_smoke.yaml) is on the GPU
@@ -157,8 +158,6 @@ def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
     from pathlib import Path
 
     import torch
-
-    from diffgrpo import study
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the smoke run would run, not refuse")
@@ -171,7 +170,7 @@ def test_the_gpu_smoke_run_refuses_without_a_gpu_and_its_study_fits():
     assert (cfg.model.device, cfg.generation.backend, cfg.train.use_vllm, cfg.train.bf16,
             cfg.train.gradient_checkpointing) == ("cuda", "vllm", True, True, True)
     assert cfg.train.trl["vllm_enable_sleep_mode"] and cfg.train.save_steps < cfg.train.max_steps
-    table = plan.plan(cfg, study.jobs(cfg, {"params_file": "gpu_smoke", "overrides": {}}))
+    table = plan.plan(cfg, graph.jobs(cfg, {"params_file": "gpu_smoke", "overrides": {}}))
     plan.check(cfg, table)
 
 
@@ -179,7 +178,7 @@ def test_a_process_count_that_does_not_split_an_update_is_refused_by_the_plan():
     cfg = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 3})
     with pytest.raises(plan.PlanError, match=r"arm 'hard': train.prompts_per_step = 32 with 3 process.*"
                                              r"train.num_processes"):
-        plan.plan(cfg, study.jobs(cfg, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+        plan.plan(cfg, graph.jobs(cfg, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
     two = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 2})
-    table = plan.plan(two, study.jobs(two, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
+    table = plan.plan(two, graph.jobs(two, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
     assert set(table.loc[table["stage"] == "03_train", "accumulation"]) == {2}  # 16 prompts a process, 8 a pass

@@ -38,6 +38,7 @@ def study_file(folder: Path, **extra) -> Path:
     return f
 
 
+@pytest.mark.e2e
 def test_a_plugin_outside_the_repository_adds_a_policy_and_a_reward_a_tiny_study_trains_with(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "outputs"))
     elsewhere = tmp_path / "my_research"

@@ -142,6 +142,7 @@ def test_overrides_given_as_a_string_are_named_or_read_as_yaml():
     assert params.load("tiny", overrides="{train.max_steps: 3}").train.max_steps == 3
 
 
+@pytest.mark.e2e
 def test_papermill_with_overrides_as_a_string_names_the_parameter(tmp_path):
     """The audit's command: ``papermill ... -p overrides train.max_steps=3``."""
     done = subprocess.run(
@@ -265,6 +266,7 @@ def test_adapters_follow_the_umask(trained):
             assert f.stat().st_mode & 0o777 == mode, f
 
 
+@pytest.mark.e2e
 def test_a_truncated_adapter_is_named_by_evaluate_and_retrained_by_a_rerun(fresh):
     cfg, before = fresh, _summary(fresh)
     adapter = layout.run_dir(cfg, "hard", 0) / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
@@ -279,6 +281,7 @@ def test_a_truncated_adapter_is_named_by_evaluate_and_retrained_by_a_rerun(fresh
     assert list((layout.study_dir(cfg) / "runs").glob("hard-seed0.superseded-*"))  # the damaged one kept
 
 
+@pytest.mark.e2e
 def test_a_finished_run_that_lost_a_checkpoint_is_not_finished(fresh):
     cfg = fresh
     shutil.rmtree(layout.run_dir(cfg, "hard", 0) / "checkpoints" / "checkpoint-1")
@@ -289,6 +292,7 @@ def test_a_finished_run_that_lost_a_checkpoint_is_not_finished(fresh):
     assert (layout.run_dir(cfg, "hard", 0) / "checkpoints" / "checkpoint-1" / "adapter_config.json").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which", ["run", "probe", "base evaluation"])
 def test_a_truncated_manifest_is_named_where_read_and_rebuilt_by_its_stage(which, fresh):
     cfg = fresh
@@ -343,6 +347,7 @@ def test_a_selection_that_repeats_an_id_is_refused(fresh):
         train.selected_rows(cfg, "hard")
 
 
+@pytest.mark.e2e
 def test_a_run_folder_deleted_while_training_is_refused_then_retrained(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "out"))
     cfg = params.load("smoke", overrides={"train.max_steps": 12, "train.save_steps": 2})
@@ -380,6 +385,7 @@ def test_a_run_folder_deleted_while_training_is_refused_then_retrained(tmp_path,
     assert len(pd.read_parquet(run_dir / "steps.parquet")) == 12
 
 
+@pytest.mark.e2e
 def test_checkpoints_left_without_their_manifest_are_set_aside(fresh):
     cfg = fresh
     run_dir = layout.run_dir(cfg, "hard", 0)
@@ -408,6 +414,7 @@ def test_a_second_study_on_a_busy_folder_is_refused_and_touches_nothing(tmp_path
     assert sorted(p.name for p in nb.iterdir()) == ["01_probe.log", "01_probe.running.ipynb"]
 
 
+@pytest.mark.e2e
 def test_timings_are_kept_per_notebook_when_the_study_fails(tmp_path, monkeypatch, capsys):
     """01_probe succeeds while 03_train (no selection: 02_select left out) fails beside it."""
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
@@ -430,6 +437,7 @@ def _clone(tmp_path: Path) -> Path:
     return clone
 
 
+@pytest.mark.e2e
 def test_notebooks_params_and_outputs_resolve_in_the_checkout_the_command_runs_in(tmp_path):
     clone = _clone(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("DIFFGRPO_OUTPUTS", "DIFFGRPO_PROJECT")}

@@ -21,6 +21,8 @@ from conftest import executed_notebooks, tensorboard_scalars
 ROOT = Path(__file__).resolve().parents[1]
 from diffgrpo.params import ParamsError
 
+pytestmark = pytest.mark.e2e  # the whole study through its notebooks: `make test`, not `make test-unit`
+
 
 @pytest.fixture(scope="module")
 def tiny_study():

@@ -118,6 +118,7 @@ def test_p_hat_band_takes_a_whole_bucket():
         band(prompts, None, rng, low=0.5, high=0.2)
 
 
+@pytest.mark.e2e
 def test_the_real_probe_of_the_test_set_is_keyed_apart_from_the_pool_s(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     off = params.load("tiny", overrides={"dataset.pool_size": 16, "dataset.test_size": 12, "probe.k": 2})
@@ -175,11 +176,10 @@ def test_gsm8k_released_code_prompt_and_strict_scorer():
 
 
 def test_the_plan_counts_the_test_set_s_probe():
-    from diffgrpo.study import plan
-    from diffgrpo import study
+    from diffgrpo.study import graph, plan
 
     def probe_row(cfg):
-        table = plan.plan(cfg, study.jobs(cfg, {"params_file": "", "overrides": {}}))
+        table = plan.plan(cfg, graph.jobs(cfg, {"params_file": "", "overrides": {}}))
         return table[table["stage"] == "01_probe"].iloc[0]
 
     off = params.load("tiny", overrides={"probe.test": False})

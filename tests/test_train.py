@@ -98,6 +98,7 @@ def make_cfg(tiny_model, tmp_path, monkeypatch):
     return make
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading below
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 @pytest.mark.parametrize("beta", [0.0, 0.1])
@@ -162,6 +163,7 @@ def test_run_writes_effective_config_groups_steps_checkpoints(make_cfg, loss_typ
     assert set(manifest["versions"]) == {"torch", "transformers", "trl", "peft"}
 
 
+@pytest.mark.e2e
 def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch):
     cfg = make_cfg(max_steps=1)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
@@ -170,6 +172,7 @@ def test_finished_run_is_skipped_and_settings_are_guarded(make_cfg, monkeypatch)
 
 
 
+@pytest.mark.e2e
 def test_a_run_with_other_settings_is_set_aside_and_trained_anew(make_cfg):
     """A changed setting (or a rebuilt model) never resumes the old run, and never deletes it."""
     cfg = make_cfg(max_steps=1)
@@ -205,6 +208,7 @@ def _interrupt(cfg, arm, monkeypatch, when) -> None:
     monkeypatch.setattr(train.Recorder, "correct", correct)
 
 
+@pytest.mark.e2e
 def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkeypatch, tmp_path):
     # 4 selected prompts, 2 per step: an epoch is 2 steps, so the resume starts a new epoch
     cfg = make_cfg(n_select=4, max_steps=4)
@@ -230,6 +234,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(make_cfg, monkey
     assert np.allclose(steps["reward"], ref_steps["reward"])
 
 
+@pytest.mark.e2e
 def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_key(make_cfg):
     """train.report_to: tensorboard (the default) writes each logged step's metrics, as TRL logs
     them, into runs/<run>/tensorboard/; the same values as steps.parquet. Another report_to is
@@ -250,6 +255,7 @@ def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_ke
     assert json.loads((again / "manifest.json").read_text()) == manifest  # finished: skipped, not trained anew
 
 
+@pytest.mark.e2e
 def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):
     cfg = make_cfg(max_steps=2)
     train.train_run(cfg, "hard", seed=0, progress=False)
@@ -261,6 +267,7 @@ def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):
     assert manifest["resumed_from"] == [2] and manifest["steps_done"] == 4
 
 
+@pytest.mark.e2e
 def test_num_iterations_records_each_generated_group_once(make_cfg):
     cfg = make_cfg(max_steps=4, num_iterations=2, save_steps=2)
     run = train.train_run(cfg, "hard", seed=0, progress=False)
@@ -316,6 +323,7 @@ def _torchrun_two_processes(cfg, tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.e2e
 def test_two_processes_keep_prompts_per_step(make_cfg, tmp_path):
     """2 CPU processes (gloo) started by torchrun, as `accelerate launch --multi_gpu` starts
     one per GPU (its `--cpu` starts only one): each takes half of every update, the main
@@ -417,6 +425,7 @@ def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
     assert torch.allclose(merged, unmerged, atol=1e-5)  # the same function, up to float rounding
 
 
+@pytest.mark.e2e
 def test_generation_with_the_lora_merged_samples_what_the_unmerged_model_samples(make_cfg, monkeypatch):
     """The speed-up is in effect (TRL 1.16 generates through ``_generate_single_turn``: if an
     upgrade moves generation elsewhere, the count is 0 and this fails) and, over these steps,
@@ -456,6 +465,7 @@ def _updates(monkeypatch):
     return seen
 
 
+@pytest.mark.e2e
 def test_dynamic_sampling_trains_on_mixed_groups_only(make_cfg, monkeypatch):
     """G = 2 and a coin-flip reward: half the groups are all-equal. With dynamic sampling no
     update holds one, extra rounds top the update up, and every step says what it generated."""
@@ -493,6 +503,7 @@ def test_dynamic_sampling_trains_on_mixed_groups_only(make_cfg, monkeypatch):
         assert grp["prompt_id"].is_unique
 
 
+@pytest.mark.e2e
 def test_dynamic_sampling_with_nothing_learnable_masks_every_token(make_cfg, monkeypatch):
     """A reward that never varies: after max_rounds the update has no mixed group, so no token
     enters the loss (and the record says 0 kept)."""
@@ -505,6 +516,7 @@ def test_dynamic_sampling_with_nothing_learnable_masks_every_token(make_cfg, mon
     assert steps[["groups_kept", "generation_rounds", "dropped_all_correct"]].iloc[0].tolist() == [0, 2, 4]
 
 
+@pytest.mark.e2e
 def test_dynamic_sampling_off_trains_as_trl_does(make_cfg, monkeypatch):
     """With the option off, our trainer's numbers are TRL's own (the override passes the batch
     through untouched): same seed, same rewards, losses and records."""
@@ -544,6 +556,7 @@ def test_trl_generate_and_score_is_where_dynamic_sampling_hooks():
     assert 'inputs["num_items_in_batch"]' in inspect.getsource(GRPOTrainer._compute_loss)
 
 
+@pytest.mark.e2e
 def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
     cfg = make_cfg(n_select=6, max_steps=4, group_size=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
     whole = train.train_run(cfg, "hard", seed=0, progress=False)
@@ -563,6 +576,7 @@ def test_dynamic_sampling_resumes_to_the_same_run(make_cfg, monkeypatch):
     assert steps["generation_rounds"].tolist() == ref_steps["generation_rounds"].tolist()
 
 
+@pytest.mark.e2e
 def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkeypatch):
     """train.max_completions: the run stops at the first step that reaches the budget; the
     manifest says so and the evaluate stage accepts it as finished."""
@@ -584,6 +598,7 @@ def test_completion_budget_stops_the_run_and_counts_as_finished(make_cfg, monkey
 
 
 # ---- dynamic sampling with gradient accumulation and several processes (issue 17) -----------
+@pytest.mark.e2e
 def test_dynamic_sampling_with_accumulation_pads_each_update_to_equal_passes(make_cfg, monkeypatch):
     """4 prompts an update, 1 a pass: TRL splits every update into 4 passes. With 2 rounds at
     most some updates stay part-filled; each is padded with masked rows so its passes are equal,
@@ -612,6 +627,7 @@ def test_dynamic_sampling_with_accumulation_pads_each_update_to_equal_passes(mak
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("loss_type, beta", [("grpo", 0.1), ("dr_grpo", 0.0), ("dapo", 0.0)])
 def test_a_padded_update_has_the_gradient_of_its_kept_groups(make_cfg, monkeypatch, loss_type, beta):
     """The direct check: the kept groups of an update in one pass, against the same groups
@@ -671,6 +687,7 @@ def test_bnpo_with_dynamic_sampling_and_several_passes_is_refused(make_cfg):
         train.train_run(cfg, "hard", seed=0, progress=False)
 
 
+@pytest.mark.e2e
 def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_path):
     """2 CPU processes (gloo), 1 prompt a pass (2 passes on each), dynamic sampling and a
     completion budget: both run the same rounds (every round holds both processes' groups, none
@@ -699,6 +716,7 @@ def test_two_processes_agree_on_dynamic_sampling_and_the_budget(make_cfg, tmp_pa
     assert manifest["completions_generated"] == int(per_step.sum()) >= 40 > int(per_step.iloc[:-1].sum())
 
 
+@pytest.mark.e2e
 def test_a_run_with_num_processes_launches_itself_through_accelerate(make_cfg, tmp_path, monkeypatch):
     """train.num_processes: 2: the run (as the study's 03_train job calls it, in one process)
     starts `accelerate launch --multi_gpu --num_processes 2` of diffgrpo.train with the study's
@@ -744,6 +762,7 @@ def test_overlong_penalty_is_dapos_soft_punishment():
     assert [rewards.overlong_penalty(n, 20, 4) for n in (0, 16, 17, 18, 20, 21)] == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
 
 
+@pytest.mark.e2e
 def test_length_reward_is_added_to_the_verifier_reward(make_cfg):
     cfg = make_cfg(max_steps=1, max_completion_length=8, **{"length_reward": {"weight": 0.5, "cache": 4}})
     run = train.train_run(cfg, "hard", seed=0, progress=False)
@@ -774,6 +793,7 @@ def eprli_cfg(make_cfg):
     return cfg
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")  # PEFT, loading an adapter
 def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeypatch):
     loaded = []
@@ -807,6 +827,7 @@ def test_eprli_trains_its_levels_in_order_with_their_settings(eprli_cfg, monkeyp
                           "completions_generated"}
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
     whole = train.train_run(eprli_cfg, "eprli", seed=0, progress=False)
@@ -824,6 +845,7 @@ def test_eprli_resumes_inside_its_second_level(eprli_cfg, monkeypatch):
     assert list(zip(groups["step"], groups["round"], groups["prompt_id"], groups["rewards"].map(list))) == reference
 
 
+@pytest.mark.e2e
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_eprli_a_damaged_level_record_sets_the_interrupted_run_aside(eprli_cfg, monkeypatch):
     """Issue 20: a truncated ``level.json`` of an interrupted run is not a bare JSONDecodeError on
@@ -845,6 +867,7 @@ def test_eprli_a_damaged_level_record_sets_the_interrupted_run_aside(eprli_cfg, 
 
 
 # ---- budgets in epochs, the Dr. GRPO treatment (issue 19) --------------------------------------
+@pytest.mark.e2e
 def test_a_study_in_epochs_trains_each_arm_one_pass_over_its_own_selection(make_cfg):
     """hard selects 8 prompts and easy 3; at 2 prompts a step, one epoch is 4 updates of hard
     and 2 of easy (the second is the next pass's first batch): each run stops at its own length, and

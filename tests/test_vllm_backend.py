@@ -217,7 +217,7 @@ def test_vllms_config_classes_accept_the_engines_of_every_gpu_file(model):
     from diffgrpo.models.vllm_engine import engine_kwargs
 
     files = [f for f in GPU_FILES if params.load(f).model.path == model]
-    folder = plan._config_file(params.load(files[0]))[0].parent
+    folder = plan.shapes.config_file(params.load(files[0]))[0].parent
     fields = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
     limit = vllm.EngineArgs(model=str(folder), tokenizer=str(folder), dtype="bfloat16").create_model_config().max_model_len
     with pytest.raises(Exception, match="max_lora_rank"):

@@ -1,6 +1,6 @@
 """Run a study's notebook executions: each a job with the jobs it waits for.
 
-A study is a small graph of papermill executions (:func:`diffgrpo.study.jobs`): the probe,
+A study is a small graph of papermill executions (:func:`diffgrpo.study.graph.jobs`): the probe,
 the selection, one ``03_train`` per (arm, seed), the base model's ``04_evaluate``, one
 ``04_evaluate`` per (arm, seed) once that run has trained, and the analysis at the end. An
 :class:`Executor` runs such a list; it is the one interface between the study and where the

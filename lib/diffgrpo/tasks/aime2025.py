@@ -37,6 +37,8 @@ class AIME2025(NumericTask):
 
     name = "aime2025"
     splits = ("test",)
+    prompt_tokens = 384
+    split_rows = {"test": 30}  # both parts, 15 problems each
 
     def __init__(self, part: str = "both") -> None:
         if part not in (*PARTS, "both"):

@@ -41,6 +41,7 @@ class Arithmetic(Task):
     (an integer), tier, question, expression."""
 
     name = "arithmetic"
+    prompt_tokens = 64  # one short expression; the plan reads the sizes from the options
 
     def __init__(
         self, tiers: Sequence[int] = (1, 5), train_size: int = 500, test_size: int = 100, seed: int = 0

@@ -45,6 +45,14 @@ class Task(abc.ABC):
     #: splits this task can load
     splits: ClassVar[tuple[str, ...]] = ("train", "test")
 
+    # ---- facts the plan reads (diffgrpo.study.plan), known without loading a row ----------
+    #: prompt tokens, chat template included, that the plan sizes a study for when
+    #: ``train.max_prompt_length`` is null: an upper-end estimate (docs/gpu.md)
+    prompt_tokens: ClassVar[int] = 512
+    #: rows per split as the dataset's card gives them, for the plan when the params set no
+    #: ``dataset.pool_size`` / ``test_size``; a split left out is planned at 1,000 rows
+    split_rows: ClassVar[dict[str, int]] = {}
+
     def __init__(self, **options: Any) -> None:
         if options:
             raise TaskError(f"task {self.name!r} takes no options, got {sorted(options)}")

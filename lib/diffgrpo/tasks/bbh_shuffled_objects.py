@@ -52,6 +52,8 @@ class BBHShuffledObjects(Task):
     question with its options), options (the option texts, in letter order)."""
 
     name = "bbh_shuffled_objects"
+    prompt_tokens = 320
+    split_rows = {"train": 600, "test": 150}  # BBH's 250 a task x 3 tasks, test_frac 0.2
 
     def __init__(self, objects: int | Sequence[int] = (3, 5, 7), test_frac: float = 0.2, split_seed: int = 0) -> None:
         self.objects = sorted({objects} if isinstance(objects, int) else set(objects))

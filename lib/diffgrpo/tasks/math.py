@@ -83,6 +83,8 @@ class MATH(_MathTask):
     type, solution."""
 
     name = "math"
+    prompt_tokens = 512  # problems run to ~400 tokens with the chat template
+    split_rows = {"train": 7500, "test": 5000}  # the dataset card
 
     def load(self, split: str, source: str | None = None) -> pd.DataFrame:
         self.check_split(split)
@@ -116,6 +118,8 @@ class MATH500(_MathTask):
 
     name = "math500"
     splits = ("test",)
+    prompt_tokens = 512  # MATH's problems
+    split_rows = {"test": 500}
 
     def load(self, split: str, source: str | None = None) -> pd.DataFrame:
         self.check_split(split)

@@ -60,6 +60,7 @@ class ShuffledObjects(Task):
     """
 
     name = "shuffled_objects"
+    prompt_tokens = 64  # one short question; the plan reads the sizes from the options
 
     def __init__(
         self,

@@ -1,0 +1,97 @@
+"""Seconds of each job, as a (low, high) range from the throughput figures in :data:`THROUGHPUT`.
+
+docs/gpu.md gives the figures' sources and assumptions. The ranges bound, they do not predict:
+the low end assumes completions average half their cap and the efficient end of each range,
+the high end every completion at its cap and the slow end. Each function's ``end`` picks the
+range's end: 0 the low, 1 the high.
+"""
+
+from __future__ import annotations
+
+import math
+
+from diffgrpo.params import Config
+from diffgrpo.study.plan.shapes import DTYPE_BYTES, GPU, ModelShape
+from diffgrpo.study.plan.work import TrainWork
+
+#: (low, high) ranges behind every time, docs/gpu.md says where each comes from
+THROUGHPUT = {
+    # fraction of the memory-bandwidth roofline a decode step reaches
+    "vllm_decode_bw": (0.35, 0.7),
+    "hf_decode_bw": (0.25, 0.5),
+    # eager PyTorch launches every kernel of every layer from Python each step: ms a layer a step
+    "hf_step_overhead_ms_per_layer": (0.1, 0.3),
+    # fraction of bf16 peak in prefill and in training's forward and backward (model FLOPs utilisation)
+    "prefill_mfu": (0.3, 0.6),
+    "train_mfu": (0.2, 0.45),
+    # sequences vLLM decodes at once (EngineArgs.max_num_seqs default in the probe and evaluation)
+    "vllm_max_num_seqs": (256, 256),
+    # s to build a vLLM engine (weights, profiling, CUDA graphs), once per probe / evaluation / training process
+    "vllm_engine_start_s": (60.0, 240.0),
+    # s per training step for colocated vLLM: LoRA merged and pushed to vLLM, wake up and sleep
+    "vllm_colocate_step_s": (1.0, 4.0),
+    # GB/s reading a checkpoint from local disk (HF loads the base model for every evaluated checkpoint)
+    "load_gbs": (1.0, 4.0),
+    # mean completion length as a fraction of its cap
+    "completion_fraction": (0.5, 1.0),
+}
+
+
+def decode_seconds(cfg: Config, shape: ModelShape, gpu: GPU, sequences: int, prompt: int, cap: int, backend: str,
+                   batch: int, end: int) -> float:
+    """Seconds to generate ``sequences`` completions (cap ``cap`` tokens) at ``end`` 0 (low) or 1 (high)."""
+    if sequences <= 0:
+        return 0.0
+    wbytes = DTYPE_BYTES[cfg.model.dtype]
+    weights = shape.params * wbytes
+    frac = THROUGHPUT["completion_fraction"][end]
+    kv = shape.kv_bytes_per_token(wbytes)
+    nonembed = shape.layers * shape.layer_params
+    prefill = sequences * prompt * 2 * nonembed / (gpu.bf16_tflops * 1e12 * THROUGHPUT["prefill_mfu"][1 - end])
+    if backend == "vllm":
+        b = min(batch, sequences)
+        mean_len = frac * cap
+        steps = math.ceil(sequences / b) * mean_len  # continuous batching keeps b sequences in flight
+        step_bytes = weights + b * (prompt + mean_len / 2) * kv
+        step = step_bytes / (gpu.bandwidth_tbs * 1e12 * THROUGHPUT["vllm_decode_bw"][1 - end])
+        return prefill + steps * step
+    b = min(batch, sequences)
+    steps = math.ceil(sequences / b) * (frac * cap if end == 0 else cap)  # a padded batch runs to its longest
+    step_bytes = weights + b * (prompt + cap / 2) * kv
+    step = (step_bytes / (gpu.bandwidth_tbs * 1e12 * THROUGHPUT["hf_decode_bw"][1 - end])
+            + shape.layers * THROUGHPUT["hf_step_overhead_ms_per_layer"][end] / 1e3)
+    return prefill + steps * step
+
+
+def train_seconds(cfg: Config, shape: ModelShape, gpu: GPU, w: TrainWork, prompt: int, end: int) -> float:
+    """Seconds of one level of a run: the forward and backward passes, TRL's generation of every
+    completion, and with vLLM its engine's start and each step's weight sync."""
+    t = cfg.train
+    frac = THROUGHPUT["completion_fraction"][end]
+    nonembed = shape.layers * shape.layer_params + shape.vocab * shape.hidden  # the LM head is a matmul too
+    passes = 2 + 2 + (2 if t.gradient_checkpointing else 0) + (2 if t.beta > 0 else 0)  # x N FLOPs a token
+    per_step_tokens = w.generation_batch * (prompt + frac * w.completion)
+    steps = w.steps if w.max_completions is None else min(w.steps, math.ceil(w.completions / w.generation_batch))
+    compute = steps * per_step_tokens * passes * nonembed / (gpu.bf16_tflops * 1e12 * THROUGHPUT["train_mfu"][1 - end])
+    backend = "vllm" if t.use_vllm else "hf"
+    batch = w.generation_batch
+    gen = decode_seconds(cfg, shape, gpu, w.completions, prompt, w.completion, backend, batch, end)
+    extra = steps * THROUGHPUT["vllm_colocate_step_s"][end] + THROUGHPUT["vllm_engine_start_s"][end] if t.use_vllm else 0
+    return compute + gen + extra
+
+
+def generation_batch(cfg: Config, hf_batch: int) -> int:
+    """Sequences generated at once: vLLM's ``max_num_seqs``, or HF's ``sampling.batch_size``."""
+    return int(THROUGHPUT["vllm_max_num_seqs"][0]) if cfg.generation.backend == "vllm" else hf_batch
+
+
+def start_seconds(cfg: Config, end: int, models: int, shape: ModelShape | None = None) -> float:
+    """Seconds spent loading: a vLLM engine once per process (adapters per request), or with HF
+    the base model (and a merge) for every model evaluated."""
+    if cfg.generation.backend == "vllm":
+        return THROUGHPUT["vllm_engine_start_s"][end]
+    if shape is None:
+        return 0.0
+    gb = shape.params * DTYPE_BYTES[cfg.model.dtype] / 1e9
+    return models * gb / THROUGHPUT["load_gbs"][1 - end]
+

@@ -1,0 +1,138 @@
+"""Memory of each job's largest pass, in GiB: a training pass with TRL's generation around it, or a generation.
+
+Memory of one training pass (TRL 1.16 GRPO + PEFT LoRA; the terms are :class:`TrainMemory`'s):
+
+- weights: parameters x bytes of ``model.dtype`` (the reference model of beta > 0 is the base
+  with the adapter off: no second copy);
+- LoRA: r x (in + out) per targeted projection and layer, float32 (PEFT upcasts adapters),
+  16 bytes a parameter with its gradient and AdamW's two moments;
+- saved activations per token and layer (:meth:`ModelShape.layer_activation_bytes`): without
+  gradient checkpointing every layer's; with it, each layer's input (hidden x dtype) plus one
+  layer's activations recomputed in the backward; either way one layer's worth more for the
+  gradients of the layer whose backward runs, and two residual-stream gradients;
+- logits: TRL 1.16 never holds tokens x vocab: its fused LM head
+  (``trl.trainer.utils.add_fused_lm_head``, ``trl/kernels/chunked_logprob.py``) projects tiles
+  of 4,096 tokens x 32,768 vocabulary entries and keeps the scored hidden states plus a float32
+  gradient of them. The tokens x vocab x (2 + 4) bytes of a bf16 logits tensor and its float32
+  log-softmax, what older TRL held, are shown beside it (``logits_naive_gib``) for comparison;
+- colocated vLLM: ``train.vllm_gpu_memory_utilization`` of the GPU, held through the training
+  pass unless ``train.trl.vllm_enable_sleep_mode`` (TRL sleeps vLLM at level 2: weights and KV
+  cache freed);
+- merged-LoRA copies: with HF generation and ``train.merge_lora_for_generation`` every
+  targeted weight is copied while generating (:func:`diffgrpo.train.merged_lora`).
+
+Generation memory: weights plus the KV cache of the batch (2 x layers x kv_dim x dtype bytes a
+token) at the batch size HF runs (``sampling.batch_size``; in training the process's whole
+generation batch), plus float32 logits of one step; with vLLM, its share of the GPU, which must
+hold its weights and one sequence of ``max_model_len`` tokens or vLLM refuses to start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diffgrpo.models.vllm_engine import vllm_lora_rank
+from diffgrpo.params import Config
+from diffgrpo.study.plan.shapes import DTYPE_BYTES, GPU, ModelShape
+from diffgrpo.study.plan.work import TrainWork
+
+GIB = 2 ** 30
+#: the PEFT adapter dtype (float32) and AdamW: parameter + gradient + two moments
+LORA_BYTES_PER_PARAM = 4 + 4 + 8
+#: TRL 1.16's fused LM head tile (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, and
+#: trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE)
+LM_HEAD_TILE = (4096, 32768)
+#: the share of the GPU a pass may plan for: the rest is the CUDA context, cuBLAS workspaces
+#: and the caching allocator's fragmentation
+USABLE = 0.9
+
+
+def _act_bytes(cfg: Config) -> int:
+    """Bytes of an activation: bf16 under TRL's autocast (train.bf16) or a 16-bit model, else 4."""
+    return 2 if cfg.train.bf16 or DTYPE_BYTES[cfg.model.dtype] == 2 else 4
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainMemory:
+    """GiB of one forward/backward pass of one micro-batch, and of TRL's generation around it."""
+
+    weights_gib: float
+    lora_gib: float  # adapter + gradient + AdamW moments
+    activations_gib: float  # as the params run it (checkpointing or not)
+    activations_no_ckpt_gib: float
+    activations_ckpt_gib: float
+    logits_gib: float  # TRL 1.16's fused LM head
+    logits_naive_gib: float  # tokens x vocab in bf16 + its float32 log-softmax (older TRL), for comparison
+    vllm_gib: float  # colocated vLLM's share held during the pass
+    train_pass_gib: float
+    generation_gib: float  # TRL's generation of the whole batch (HF or colocated vLLM)
+    kv_gib: float  # HF generation's KV cache (0 with vLLM: inside its share)
+    merged_gib: float  # merged-LoRA copies during HF generation
+    vllm_kv_need_gib: float  # colocated vLLM: weights + one max_model_len sequence, which its share must hold
+    vllm_share_gib: float
+
+
+def train_memory(cfg: Config, shape: ModelShape, w: TrainWork, gpu: GPU, prompt: int) -> TrainMemory:
+    t = cfg.train
+    wbytes = DTYPE_BYTES[cfg.model.dtype]
+    act = _act_bytes(cfg)
+    weights = shape.params * wbytes
+    lora = shape.lora_params(t.lora.r, list(t.lora.target_modules)) * LORA_BYTES_PER_PARAM
+    seq = prompt + w.completion
+    tokens = w.completions_per_pass * seq
+    scored = w.completions_per_pass * w.completion if cfg.model.device == "cuda" else tokens  # CPU scores every position
+    per_layer = shape.layer_activation_bytes(act, t.lora.r)
+    stream = 2 * tokens * shape.hidden * act  # the residual stream's gradient in the backward
+    final_norm = tokens * shape.hidden * 4
+    backward = tokens * per_layer  # the gradients of one layer's activations while its backward runs
+    no_ckpt = tokens * shape.layers * per_layer + backward + stream + final_norm
+    ckpt = tokens * (shape.layers * shape.hidden * act + per_layer) + backward + stream + final_norm
+    acts = ckpt if t.gradient_checkpointing else no_ckpt
+    tile = min(scored, LM_HEAD_TILE[0]) * min(shape.vocab, LM_HEAD_TILE[1]) * act
+    logits = scored * shape.hidden * (act + 4) + 2 * tile
+    naive = w.completions_per_pass * w.completion * shape.vocab * (2 + 4)
+    colocate = t.use_vllm and t.vllm_mode == "colocate"
+    share = t.vllm_gpu_memory_utilization * gpu.memory_gib * GIB if colocate else 0.0
+    held = 0.0 if not colocate or t.trl.get("vllm_enable_sleep_mode", False) else share
+    train_pass = weights + lora + acts + logits + held
+    kv = merged = 0.0
+    if t.use_vllm:
+        generation = weights + lora + (share if colocate else 0.0)
+    else:
+        kv = w.generation_batch * seq * shape.kv_bytes_per_token(wbytes)
+        merged = shape.targeted_params(list(t.lora.target_modules)) * wbytes if t.merge_lora_for_generation else 0.0
+        generation = weights + lora + kv + merged + w.generation_batch * shape.vocab * 4 * 2
+    max_len = t.trl.get("vllm_max_model_length") or shape.max_positions
+    need = weights + max_len * shape.kv_bytes_per_token(wbytes) if colocate else 0.0
+    g = lambda b: round(b / GIB, 2)  # noqa: E731
+    return TrainMemory(g(weights), g(lora), g(acts), g(no_ckpt), g(ckpt), g(logits), g(naive), g(held), g(train_pass),
+                       g(generation), g(kv), g(merged), g(need), g(share))
+
+
+@dataclasses.dataclass(frozen=True)
+class GenMemory:
+    weights_gib: float
+    kv_gib: float
+    total_gib: float
+    vllm_kv_need_gib: float  # vLLM: weights + one max_model_len sequence (its share must hold it)
+    vllm_share_gib: float
+
+
+def generation_memory(cfg: Config, shape: ModelShape, gpu: GPU, batch: int, prompt: int, new_tokens: int,
+                      lora: bool) -> GenMemory:
+    """Probe or evaluation: HF at ``batch`` sequences, or vLLM's share."""
+    wbytes = DTYPE_BYTES[cfg.model.dtype]
+    weights = shape.params * wbytes
+    g = lambda b: round(b / GIB, 2)  # noqa: E731
+    if cfg.generation.backend == "vllm":
+        share = cfg.generation.vllm_gpu_memory_utilization * gpu.memory_gib * GIB
+        max_len = cfg.generation.vllm_max_model_len or shape.max_positions
+        adapters = shape.lora_params(vllm_lora_rank(cfg), list(cfg.train.lora.target_modules)) * wbytes if lora else 0
+        need = weights + adapters + max_len * shape.kv_bytes_per_token(wbytes)
+        return GenMemory(g(weights), g(share - weights), g(share), g(need), g(share))
+    kv = batch * (prompt + new_tokens) * shape.kv_bytes_per_token(wbytes)
+    act = 2 if wbytes == 2 else 4
+    prefill = batch * prompt * act * (2 * shape.hidden + 2 * shape.intermediate)  # one layer's, no grad
+    logits = batch * shape.vocab * 4 * 2
+    return GenMemory(g(weights), g(kv), g(weights + kv + prefill + logits), 0.0, 0.0)
+
