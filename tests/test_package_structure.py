@@ -176,14 +176,14 @@ def test_no_function_in_the_library_is_over_80_lines():
 
 def test_a_notebook_s_plan_cell_loads_neither_the_runner_nor_an_executor():
     """The stage notebooks' plan cell imports :mod:`diffgrpo.study.plan` and :mod:`diffgrpo.study.graph`
-    only: in a fresh interpreter that loads no runner, no Slurm executor, no submitit and no
-    papermill. The package's lazy names (``diffgrpo.study.jobs``, ``.run_study``) still resolve."""
+    only: in a fresh interpreter that loads no runner, no Slurm executor, no submitit, no papermill and
+    not TRL or PEFT (the trainer). The package's lazy names (``diffgrpo.study.jobs``, ``.run_study``) still resolve."""
     import subprocess
     import sys
 
     code = ("import sys, diffgrpo.study.plan, diffgrpo.study.graph\n"
             "print(sorted(m for m in sys.modules if m in ('diffgrpo.study.runner', 'diffgrpo.study.slurm')\n"
-            "             or m.split('.')[0] in ('submitit', 'papermill')))\n"
+            "             or m.split('.')[0] in ('submitit', 'papermill', 'trl', 'peft')))\n"
             "from diffgrpo import study\n"
             "assert study.jobs is diffgrpo.study.graph.jobs and study.campaign_jobs is diffgrpo.study.graph.campaign_jobs\n"
             "assert 'diffgrpo.study.runner' not in sys.modules  # a graph name does not load the runner\n"

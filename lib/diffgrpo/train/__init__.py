@@ -10,12 +10,21 @@ order, merged-LoRA generation, dynamic sampling, the completion budget), :mod:`.
         --set train.num_processes=4
 """
 
-from diffgrpo.train.config import checkpointing_argument, grpo_kwargs, lora_config
-from diffgrpo.train.levels import Level, run_levels
-from diffgrpo.train.records import GROUP_COLUMNS, Recorder
-from diffgrpo.train.run import main, selected_rows, train_run, train_runs
-from diffgrpo.train.trainer import GENERATION_METRICS, Trainer, merge_batches, merged_lora
+import importlib
 
-__all__ = ["GENERATION_METRICS", "GROUP_COLUMNS", "Level", "Recorder", "Trainer", "checkpointing_argument",
-           "grpo_kwargs", "lora_config", "main", "merge_batches", "merged_lora", "run_levels",
-           "selected_rows", "train_run", "train_runs"]
+#: the package's public names and the module of each: loaded on first use, so that reading a
+#: study's levels (:mod:`.levels`, which the plan does) imports neither TRL nor PEFT
+_PUBLIC = {
+    **dict.fromkeys(("checkpointing_argument", "grpo_kwargs", "lora_config"), "config"),
+    **dict.fromkeys(("Level", "run_levels"), "levels"),
+    **dict.fromkeys(("GROUP_COLUMNS", "Recorder"), "records"),
+    **dict.fromkeys(("main", "selected_rows", "train_run", "train_runs"), "run"),
+    **dict.fromkeys(("GENERATION_METRICS", "Trainer", "merge_batches", "merged_lora"), "trainer"),
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
