@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from diffgrpo.models import resolve
 from diffgrpo.tasks import splits
 from diffgrpo import evaluate, params, probe
 from diffgrpo.store import layout
@@ -65,7 +66,7 @@ def cfg(tmp_path, monkeypatch):
 
 
 def _patch_generator(monkeypatch, module, gen):
-    monkeypatch.setattr(module.data, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(resolve, "load_model", lambda *a, **k: (None, None))
     # sampling.load_generator builds the HF backend's generator (diffgrpo.models.generation.HFGenerator)
     monkeypatch.setattr(sampling, "HFGenerator", lambda *a, **k: gen)
 
@@ -131,7 +132,7 @@ def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeyp
     def no_load(*a, **k):
         raise AssertionError("the model was loaded although every chunk was on disk")
 
-    monkeypatch.setattr(evaluate.data, "load_model", no_load)
+    monkeypatch.setattr(resolve, "load_model", no_load)
     out = evaluate.evaluate_base(cfg, progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "summary.parquet"), first)
     # a missing chunk does load it
