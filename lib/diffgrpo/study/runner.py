@@ -35,7 +35,7 @@ from pathlib import Path
 from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout
 from diffgrpo.params import cluster
-from diffgrpo.models import resolve as data
+from diffgrpo.models import resolve
 from diffgrpo.study import executors, plan, slurm
 from diffgrpo import params
 from diffgrpo.study.executors import Executor, NotebookJob
@@ -47,7 +47,7 @@ from diffgrpo.tasks import TaskError
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
     """What each stage notebook is given: every path absolute. The kernels run in
     ``notebooks/``; a path as the user typed it means the folder the command ran in."""
-    resolved = data.resolve_paths(cfg, Path.cwd())
+    resolved = resolve.resolve_paths(cfg, Path.cwd())
     paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source),
                                ("analyze.compare", list(resolved.analyze.compare)))
              if v != params.get(cfg, k)}
@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         nb_params = notebook_parameters(file, overrides, cfg)
         cfg = params.load(nb_params["params_file"], overrides=nb_params["overrides"])
         if not args.status:
-            splits.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
-            data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
+            splits.task_of(cfg), resolve.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
+            resolve.check_sources(cfg)  # a dataset file that is a folder or missing: here too
         studies.append((cfg, nb_params))
     todo, owner = campaign_jobs(studies, args.stages)
     place = placement(owner)
@@ -270,7 +270,7 @@ def cli(argv: list[str] | None = None) -> int:
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
+    except (params.ParamsError, resolve.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
             artifacts.FolderBusy, slurm.SlurmError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

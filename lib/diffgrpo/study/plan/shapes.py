@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from diffgrpo.models import resolve as data
+from diffgrpo.models import resolve
 from diffgrpo.params import Config, ParamsError
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "model_configs"
@@ -143,11 +143,11 @@ class ModelShape:
 def config_file(cfg: Config) -> tuple[Path, str]:
     """The config.json that describes ``model.path``, and where it came from."""
     path = cfg.model.path
-    if path == data.SMOLLM2:
+    if path == resolve.SMOLLM2:
         f = CONFIGS_DIR / "HuggingFaceTB--SmolLM2-135M-Instruct" / "config.json"
         return f, f"shipped copy {f.relative_to(CONFIGS_DIR.parent.parent)}"
-    if path in (data.EMBEDDED, data.TINY_RANDOM):
-        folder, _ = data.model_path(cfg)  # tiny-random: built once into the cache (a 2-layer model)
+    if path in (resolve.EMBEDDED, resolve.TINY_RANDOM):
+        folder, _ = resolve.model_path(cfg)  # tiny-random: built once into the cache (a 2-layer model)
         return Path(folder) / "config.json", f"{path}'s config.json"
     folder = Path(path).expanduser()
     if folder.is_dir():
@@ -155,7 +155,7 @@ def config_file(cfg: Config) -> tuple[Path, str]:
             raise PlanError(f"model.path: {folder} holds no config.json; the plan reads the model's size from it "
                             "(a GGUF-only folder: add the original model's config.json beside it)")
         return folder / "config.json", f"{folder / 'config.json'}"
-    if data.looks_like_hub_id(path):
+    if resolve.looks_like_hub_id(path):
         try:
             from huggingface_hub import try_to_load_from_cache
 
