@@ -298,8 +298,7 @@ import sys
 from diffgrpo import params, tasks, train
 sys.path.insert(0, {tests!r})
 from test_train import EvenLength
-tasks._MODULES[EvenLength.name] = "shuffled_objects"
-tasks._REGISTRY[EvenLength.name] = EvenLength
+tasks.register(EvenLength)
 cfg = params.load({params_file!r}, defaults=False)
 train.train_run(cfg, "hard", seed=0, progress=False)
 """
@@ -729,7 +728,7 @@ def test_a_run_with_num_processes_launches_itself_through_accelerate(make_cfg, t
     plugin = tmp_path / "even_length.py"
     plugin.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
                       "from test_train import EvenLength\nfrom diffgrpo import tasks\n"
-                      "tasks._MODULES[EvenLength.name] = 'shuffled_objects'\ntasks._REGISTRY[EvenLength.name] = EvenLength\n")
+                      "tasks.register(EvenLength)\n")
     cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2).replace(
         plugins=[str(plugin)])
     launched = []
