@@ -344,7 +344,7 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
                                   "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
                                   "learnable_first_pct": 25.0, "steps": 10, "predicted_learnable_pct": easy_predicted}
     assert summary["verdict"].startswith("hard beat the base model's greedy accuracy (0.40): +12.5 points [")
-    assert "hard is the best arm: its lead of +10.0 [" in summary["verdict"]
+    assert "hard is the best arm: it differs from every other arm after Holm's correction (its lead of +10.0 [" in summary["verdict"]
     assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction within their family "
                                        "(95% intervals over 200 test prompts and 2 seeds, the seed part a t with 1 "
                                        "degrees of freedom)")
@@ -579,16 +579,33 @@ def test_boot_p_is_two_sided():
     assert uncertainty.boot_p(np.r_[np.ones(89), -np.ones(10)]) == pytest.approx(0.22)
 
 
-def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
+def test_verdict_names_a_best_arm_only_when_holm_puts_it_ahead_of_every_other():
     arms = pd.DataFrame({"strategy": ["hard", "easy"], "gain_pp": [5.0, 4.0], "ci_low": [1.0, 0.5],
                          "ci_high": [9.0, 8.0], "n_seeds": [1, 1]})
     pairs = pd.DataFrame({"a": ["easy"], "b": ["hard"], "diff_pp": [-1.0], "ci_low": [-4.0], "ci_high": [2.0],
                           "p": [0.5], "p_holm": [0.5], "significant_holm": [False]})
     line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
-    assert best is None and "not distinguishable at this size: the lead of +1.0 [-2.0, +4.0] points over easy" in line
+    assert best is None and "not distinguishable at this size: no arm differs from every other after Holm" in line
+    assert "the leader's lead of +1.0 [-2.0, +4.0] points over easy, unadjusted" in line
     assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed variance is not included))")
+    # an unadjusted interval that excludes 0 is not enough: Holm's decision names the best arm
     line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
-    assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy excludes 0" in line
+    assert best is None
+    line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5, significant_holm=True),
+                                                    "greedy_acc", 0.4, 300)
+    assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy" in line
+
+
+def test_best_arm_is_the_one_holm_puts_ahead_of_all_others_not_the_top_point_estimate():
+    """Three arms: a leads b (differs) but not c; c leads b. The top point estimate (a) is not
+    named: Holm does not put it ahead of c. With a - c differing too, a is named."""
+    pairs = pd.DataFrame({"a": ["a", "a", "b"], "b": ["b", "c", "c"], "diff_pp": [4.0, 1.0, -3.0],
+                          "significant_holm": [True, False, True]})
+    assert uncertainty.best_arm(["a", "c", "b"], pairs) is None
+    assert uncertainty.best_arm(["a", "c", "b"], pairs.assign(significant_holm=True)) == "a"
+    # a contrast that differs against the arm does not count for it
+    assert uncertainty.best_arm(["a", "b"], pd.DataFrame({"a": ["a"], "b": ["b"], "diff_pp": [-2.0],
+                                                          "significant_holm": [True]})) == "b"
 
 
 def test_r2_interval_over_runs():
@@ -710,8 +727,50 @@ def test_a_p_value_near_a_holm_threshold_is_decided_with_more_resamples_or_undec
         else:
             assert pair["resamples"] == 500 * uncertainty.MAX_REFINE and not pair["significant_holm"]
     assert len(decisions) <= 1
-    assert uncertainty.on_edge(0.05, 0.001, 1) and not uncertainty.on_edge(0.2, 0.001, 3)
-    assert uncertainty.on_edge(0.025, 0.001, 2)  # 0.05 / 2: the second Holm threshold of a family of 2
+    assert uncertainty.side(0.05, 0.001, 0.05) == 0 and uncertainty.side(0.2, 0.001, 0.05 / 3) == 1
+    assert uncertainty.side(0.001, 0.0001, 0.025) == -1
+
+
+def _step_down(ps, se=0.001, better=None):
+    """holm_step_down over fixed p-values; ``better``: {i: p after refinement}; returns the
+    decisions and the contrasts it refined."""
+    refined = []
+
+    def p_of(i, refine):
+        if not refine:
+            return ps[i], se
+        refined.append(i)
+        return (better[i], se / 4) if better and i in better and refined.count(i) == 1 else None
+    return holm_decisions(uncertainty.holm_step_down(p_of, len(ps))), refined
+
+
+def holm_decisions(d):
+    return [d[i] for i in sorted(d)]
+
+
+def test_holm_step_down_spends_no_resample_on_a_p_that_cannot_change_its_verdict():
+    # the embedded study's arms family (issue 29): the smallest p fails alpha / 6, so nothing
+    # after it can be rejected, whatever its Monte Carlo error: no refinement, no undecided
+    ps = [0.012, 0.05, 0.0495, 0.3, 0.6, 0.9]
+    decisions, refined = _step_down(ps)
+    assert decisions == ["not distinguishable"] * 6 and refined == []
+    # standard Holm: 0.001 < 0.05/3, 0.02 < 0.05/2, 0.04 < 0.05/1: all three rejected
+    assert _step_down([0.02, 0.001, 0.04])[0] == ["differs"] * 3
+    # 0.001 < 0.05/3 rejected; 0.03 > 0.05/2 stops: 0.04 is not distinguishable though below 0.05
+    assert _step_down([0.001, 0.03, 0.04])[0] == ["differs", "not distinguishable", "not distinguishable"]
+    assert holm_decisions({0: "x"}) == ["x"]
+
+
+def test_holm_step_down_refines_only_the_p_on_its_own_threshold():
+    # 0.0167 sits on 0.05/3: it alone is refined (to 0.010: rejected), then 0.02 < 0.05/2, 0.3 > 0.05
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005, better={0: 0.010})
+    assert decisions == ["differs", "differs", "not distinguishable"] and refined == [0]
+    # refined to 0.0175, above 0.05/3: the family stops there
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005, better={0: 0.0175})
+    assert decisions == ["not distinguishable", "not distinguishable", "not distinguishable"] and refined == [0]
+    # still on the edge at the cap: undecided, and so is the later p below alpha; the p clearly above alpha is not
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005)
+    assert decisions == ["undecided", "undecided", "not distinguishable"] and refined == [0]
 
 
 def test_r2_interval_resamples_arms_then_seeds():
