@@ -235,19 +235,24 @@ def test_accuracy_curves_start_at_the_base_model(study):
 
 
 def test_steps_to_match_the_all_run_only_where_the_data_support_it():
-    curves = pd.DataFrame({"strategy": ["all"] * 3 + ["lower"] * 3 + ["easy"] * 3, "step": [0, 50, 100] * 3,
-                           "value": [0.4, 0.5, 0.6, 0.4, 0.6, 0.7, 0.4, 0.45, 0.5]})
+    n, rng = 400, np.random.default_rng(1)
+    scores = analyze.Scores.of(np.full(n, 0.4), {
+        ("all", 0): _curve({50: 0.5, 100: 0.6}, n, rng), ("lower", 0): _curve({50: 0.7, 100: 0.7}, n, rng),
+        ("easy", 0): _curve({50: 0.45, 100: 0.5}, n, rng)})
+    curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
+                           for (s, _), df in scores.runs.items() for st in df.columns])
     gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [12.0], "ci_high": [28.0]})
-    out = paper000.steps_to_match(curves, gained, "lower", "all", save_steps=50)
+    boot = uncertainty.Bootstrap(n, 500, 0)
+    out = paper000.steps_to_match(curves, gained, "lower", "all", 50, scores, boot, 2.0)
     assert (out["step"], out["frac_of_steps"], out["target_acc"], out["resolution_frac"], out["reason"]) == (
         50, 0.5, 0.6, 0.5, None)
-    never = paper000.steps_to_match(curves, gained, "easy", "all", save_steps=50)
-    assert never["step"] is None and never["frac_of_steps"] is None and "never reaches" in never["reason"]
+    never = paper000.steps_to_match(curves, gained, "easy", "all", 50, scores, boot, 2.0)
+    assert never["step"] is None and never["frac_of_steps"] is None and "not within 2 points" in never["reason"]
     # the tiny study's case: the all-tier arm gained nothing distinguishable from 0 -> null, not 50%
     flat = pd.DataFrame({"strategy": ["all"], "gain_pp": [0.0], "ci_low": [-3.0], "ci_high": [3.0]})
-    nothing = paper000.steps_to_match(curves, flat, "lower", "all", save_steps=50)
+    nothing = paper000.steps_to_match(curves, flat, "lower", "all", 50, scores, boot, 2.0)
     assert nothing["frac_of_steps"] is None and "does not exclude 0" in nothing["reason"]
-    missing = paper000.steps_to_match(curves, gained, "lower", None, save_steps=50)
+    missing = paper000.steps_to_match(curves, gained, "lower", None, 50, scores, boot, 2.0)
     assert missing["step"] is None and "policy `all`" in missing["reason"]
 
 
@@ -261,38 +266,38 @@ def _curve(accs: dict[int, float], n: int, rng) -> dict[int, np.ndarray]:
     return out
 
 
-def test_steps_to_match_has_an_interval_over_test_prompts_and_can_fall_below_100_percent():
+def test_steps_to_match_is_non_inferiority_on_the_paired_difference_not_a_first_crossing():
     """Trained in epochs, the lower-tier arm's run (half the prompts) ends at step 50 of the
-    all-tier arm's 100; it crosses the all-tier arm's final accuracy at step 40."""
+    all-tier arm's 100. A point estimate that touches the target (``close`` at 40 and 50) is
+    not a match: its interval's lower end is far below -margin on 400 prompts. ``lower`` is
+    non-inferior from step 40 on; ``dip`` is at 30 but not at 40, so the fixed sequence (last
+    first) stops at 40 and the match is 50, not the first crossing 30."""
     n, rng = 400, np.random.default_rng(0)
     all_acc = {s: 0.4 + 0.2 * s / 100 for s in range(10, 101, 10)}
     scores = analyze.Scores.of(np.full(n, 0.4), {
         ("all", 0): _curve(all_acc, n, rng),
-        ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.64, 50: 0.68}, n, rng),
-        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.58, 50: 0.60}, n, rng),
-        ("never", 0): _curve({10: 0.42, 20: 0.45}, n, rng)})
+        ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.66, 50: 0.68}, n, rng),
+        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.60, 50: 0.60}, n, rng),
+        ("dip", 0): _curve({10: 0.45, 20: 0.50, 30: 0.68, 40: 0.55, 50: 0.68}, n, rng)})
     curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
                            for (s, _), df in scores.runs.items() for st in df.columns])
     gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [13.0], "ci_high": [27.0]})
     boot = uncertainty.Bootstrap(n, 1000, 0)
-    out = paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, boot)
+    out = paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, boot, 2.0)
     assert (out["step"], out["frac_of_steps"], out["lower_final_step"], out["all_final_step"]) == (40, 0.4, 50, 100)
-    lo, hi = out["ci95"]
-    assert lo <= 0.4 <= hi <= 0.5 and lo >= 0.3  # below 100%: the lower-tier run is half as long
-    assert out["p_never"] < 0.025 and "test prompts" in out["interval_over"]
-    # resampled values only: every end is a checkpoint's fraction
-    assert {round(lo * 100), round(hi * 100)} <= {10, 20, 30, 40, 50}
-    # reaching the target only at its last checkpoint, by a hair: often never in a resample
-    close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot)
-    assert close["frac_of_steps"] == 0.5 and 0.2 < close["p_never"] < 0.8 and close["ci95"][1] is None
-    assert f"[{close['ci95'][0]:.0%}, not reached]" in paper000.describe(close)
-    # never reaching it: no step, and an interval that never crosses either
-    never = paper000.steps_to_match(curves, gained, "never", "all", 10, scores, boot)
-    assert never["step"] is None and never["ci95"] == [None, None] and never["p_never"] == 1.0
-    assert "never reaches" in paper000.describe(never) and "[not reached, not reached]" in paper000.describe(never)
-    # the interval is the study bootstrap's: the same resamples give the same interval
-    assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0))[
-        "ci95"] == out["ci95"]
+    at40 = out["checkpoints"][3]
+    assert at40["step"] == 40 and at40["diff_pp"] == pytest.approx(6.0) and at40["ci_low"] > -2.0 and at40["non_inferior"]
+    assert "non-inferior within 2 points" in paper000.describe(out) and "one seed" in out["interval_over"]
+    close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot, 2.0)
+    assert close["step"] is None and "not within 2 points" in close["reason"]
+    assert close["checkpoints"][-1]["diff_pp"] == pytest.approx(0.0) and close["checkpoints"][-1]["ci_low"] < -2.0
+    # a wide enough margin makes the touch a match: the margin is the claim, stated beside it
+    assert paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot, 10.0)["step"] == 40
+    dip = paper000.steps_to_match(curves, gained, "dip", "all", 10, scores, boot, 2.0)
+    assert [c["non_inferior"] for c in dip["checkpoints"]] == [False, False, True, False, True] and dip["step"] == 50
+    # the interval is the study bootstrap's: the same resamples give the same checkpoints
+    assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0),
+                                   2.0)["checkpoints"] == out["checkpoints"]
 
 
 def test_tiers_and_selections(study):
@@ -482,7 +487,7 @@ def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
     out = layout.report_dir(study)
     for name in ("table_accuracy.md", "steps_to_match.md", "table_tiers_000.md", "transfer_000.md"):
         assert (out / name).stat().st_size > 0
-    assert "Definition: first evaluated checkpoint" in (out / "steps_to_match.md").read_text()
+    assert "Definition: earliest checkpoint from which on" in (out / "steps_to_match.md").read_text()
 
 
 def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
