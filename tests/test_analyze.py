@@ -613,6 +613,15 @@ def test_best_arm_is_the_one_holm_puts_ahead_of_all_others_not_the_top_point_est
                                                           "significant_holm": [True]})) == "b"
 
 
+def test_wide_tables_say_what_their_plus_minus_is():
+    long = pd.DataFrame({"source": "ours", "dataset": "d", "model": "m", "metric": "learnable_pct",
+                         "strategy": ["hard", "easy"], "value": [30.0, 10.0], "sd": [2.0, np.nan]})
+    text = tables.wide_markdown(long)
+    assert "30.00 ± 2.00" in text and "± : the standard deviation over seeds" in text and "[a, b]" not in text
+    with_ci = long.assign(ci_low=[25.0, 8.0], ci_high=[35.0, 12.0])
+    assert "30.00 [25.00, 35.00]" in tables.wide_markdown(with_ci) and "±" not in tables.wide_markdown(with_ci)
+
+
 def test_r2_interval_over_runs():
     x, y = np.arange(12.0), np.arange(12.0) + np.tile([0.0, 3.0], 6)
     lo, hi = uncertainty.r2_interval(x, y, 1000, 0)
