@@ -216,7 +216,7 @@ def test_reported_numbers_keep_every_paper():
     assert value(paper="000", metric="steps_to_match_all_pct") == 45
     assert sorted(rep.loc[rep["paper"] == "000", "value"]) == [3, 5, 45]
     assert sorted(rep.loc[rep["paper"] == "002", "value"]) == [35.3, 50.0, 51.9, 77.1, 89.2]
-    assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 3, "002": 5, "003": 62}
+    assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 7, "002": 5, "003": 62}
     with pytest.raises(ValueError, match="004"):
         paper_numbers.reported(["004"])
 
@@ -332,7 +332,8 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "confounds", "test_difficulty", "003"}  # analyze.reports: ["003"]
+                            "confounds", "test_difficulty", "plateau", "003"}  # analyze.reports: ["003"]
+    assert summary["plateau"] is None  # its test prompts are not the task's rows: no tiers to test
     # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
     assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
                                             "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}
@@ -620,6 +621,40 @@ def test_wide_tables_say_what_their_plus_minus_is():
     assert "30.00 ± 2.00" in text and "± : the standard deviation over seeds" in text and "[a, b]" not in text
     with_ci = long.assign(ci_low=[25.0, 8.0], ci_high=[35.0, 12.0])
     assert "30.00 [25.00, 35.00]" in tables.wide_markdown(with_ci) and "±" not in tables.wide_markdown(with_ci)
+
+
+def test_plateau_is_a_test_of_the_hardest_tiers_gain_against_the_others():
+    """Three tiers of 100 prompts, base 0.9 / 0.6 / 0.2: ``flat`` gains 20 points on tiers 1-2
+    and nothing on tier 3 (a plateau: the contrast's interval is below 0); ``steep`` gains 30 on
+    tier 3 (no plateau); ``noise`` gains 2 on every tier (cannot tell)."""
+    from diffgrpo.analysis.sections import plateau
+
+    rng = np.random.default_rng(0)
+    tier = np.repeat([1, 2, 3], 100)
+
+    def scores_at(accs):
+        v = np.zeros(300)
+        for t, acc in zip((1, 2, 3), accs):
+            idx = np.flatnonzero(tier == t)
+            v[rng.choice(idx, round(acc * 100), replace=False)] = 1.0
+        return v
+    base = scores_at((0.7, 0.4, 0.2))
+    runs = {("flat", s): np.maximum(base, scores_at((0.9, 0.6, 0.0))) for s in range(3)}
+    runs |= {("steep", s): np.maximum(base, scores_at((0.7, 0.4, 0.5))) for s in range(3)}
+    runs |= {("noise", s): np.where(rng.random(300) < 0.02, 1.0, base) for s in range(3)}
+    scores = analyze.Scores.of(base, runs)
+    boot = uncertainty.Bootstrap(300, 1000, 0)
+    tests = plateau.plateau_tests(scores, tier, boot).set_index("arm")
+    assert tests.loc["flat", "ci_high"] < 0 and "consistent with a plateau" in tests.loc["flat", "reading"]
+    assert tests.loc["steep", "ci_low"] > 0 and "no plateau" in tests.loc["steep", "reading"]
+    assert tests.loc["noise", "ci_low"] < 0 < tests.loc["noise", "ci_high"] and "cannot say" in tests.loc["noise", "reading"]
+    assert (tests["hardest_tier"] == 3).all()
+    rows = plateau.per_tier(scores, tier, 1000, 0)
+    flat3 = rows[(rows["arm"] == "flat") & (rows["tier"] == 3)].iloc[0]
+    assert flat3["n_prompts"] == 100 and flat3["base_acc"] == pytest.approx(20.0) and flat3["ci_low"] <= flat3["gain_pp"]
+    # the contrast is the difference of the two sides' mean gains
+    gain = 100 * (scores.at("steep") - base[:, None])
+    assert tests.loc["steep", "diff_pp"] == pytest.approx(gain[tier == 3].mean() - gain[tier < 3].mean())
 
 
 def test_r2_interval_over_runs():
