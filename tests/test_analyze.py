@@ -216,7 +216,7 @@ def test_reported_numbers_keep_every_paper():
     assert value(paper="000", metric="steps_to_match_all_pct") == 45
     assert sorted(rep.loc[rep["paper"] == "000", "value"]) == [3, 5, 45]
     assert sorted(rep.loc[rep["paper"] == "002", "value"]) == [35.3, 50.0, 51.9, 77.1, 89.2]
-    assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 3, "002": 5, "003": 62}
+    assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 7, "002": 5, "003": 62}
     with pytest.raises(ValueError, match="004"):
         paper_numbers.reported(["004"])
 
@@ -235,19 +235,24 @@ def test_accuracy_curves_start_at_the_base_model(study):
 
 
 def test_steps_to_match_the_all_run_only_where_the_data_support_it():
-    curves = pd.DataFrame({"strategy": ["all"] * 3 + ["lower"] * 3 + ["easy"] * 3, "step": [0, 50, 100] * 3,
-                           "value": [0.4, 0.5, 0.6, 0.4, 0.6, 0.7, 0.4, 0.45, 0.5]})
+    n, rng = 400, np.random.default_rng(1)
+    scores = analyze.Scores.of(np.full(n, 0.4), {
+        ("all", 0): _curve({50: 0.5, 100: 0.6}, n, rng), ("lower", 0): _curve({50: 0.7, 100: 0.7}, n, rng),
+        ("easy", 0): _curve({50: 0.45, 100: 0.5}, n, rng)})
+    curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
+                           for (s, _), df in scores.runs.items() for st in df.columns])
     gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [12.0], "ci_high": [28.0]})
-    out = paper000.steps_to_match(curves, gained, "lower", "all", save_steps=50)
+    boot = uncertainty.Bootstrap(n, 500, 0)
+    out = paper000.steps_to_match(curves, gained, "lower", "all", 50, scores, boot, 2.0)
     assert (out["step"], out["frac_of_steps"], out["target_acc"], out["resolution_frac"], out["reason"]) == (
         50, 0.5, 0.6, 0.5, None)
-    never = paper000.steps_to_match(curves, gained, "easy", "all", save_steps=50)
-    assert never["step"] is None and never["frac_of_steps"] is None and "never reaches" in never["reason"]
+    never = paper000.steps_to_match(curves, gained, "easy", "all", 50, scores, boot, 2.0)
+    assert never["step"] is None and never["frac_of_steps"] is None and "not within 2 points" in never["reason"]
     # the tiny study's case: the all-tier arm gained nothing distinguishable from 0 -> null, not 50%
     flat = pd.DataFrame({"strategy": ["all"], "gain_pp": [0.0], "ci_low": [-3.0], "ci_high": [3.0]})
-    nothing = paper000.steps_to_match(curves, flat, "lower", "all", save_steps=50)
+    nothing = paper000.steps_to_match(curves, flat, "lower", "all", 50, scores, boot, 2.0)
     assert nothing["frac_of_steps"] is None and "does not exclude 0" in nothing["reason"]
-    missing = paper000.steps_to_match(curves, gained, "lower", None, save_steps=50)
+    missing = paper000.steps_to_match(curves, gained, "lower", None, 50, scores, boot, 2.0)
     assert missing["step"] is None and "policy `all`" in missing["reason"]
 
 
@@ -261,38 +266,38 @@ def _curve(accs: dict[int, float], n: int, rng) -> dict[int, np.ndarray]:
     return out
 
 
-def test_steps_to_match_has_an_interval_over_test_prompts_and_can_fall_below_100_percent():
+def test_steps_to_match_is_non_inferiority_on_the_paired_difference_not_a_first_crossing():
     """Trained in epochs, the lower-tier arm's run (half the prompts) ends at step 50 of the
-    all-tier arm's 100; it crosses the all-tier arm's final accuracy at step 40."""
+    all-tier arm's 100. A point estimate that touches the target (``close`` at 40 and 50) is
+    not a match: its interval's lower end is far below -margin on 400 prompts. ``lower`` is
+    non-inferior from step 40 on; ``dip`` is at 30 but not at 40, so the fixed sequence (last
+    first) stops at 40 and the match is 50, not the first crossing 30."""
     n, rng = 400, np.random.default_rng(0)
     all_acc = {s: 0.4 + 0.2 * s / 100 for s in range(10, 101, 10)}
     scores = analyze.Scores.of(np.full(n, 0.4), {
         ("all", 0): _curve(all_acc, n, rng),
-        ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.64, 50: 0.68}, n, rng),
-        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.58, 50: 0.60}, n, rng),
-        ("never", 0): _curve({10: 0.42, 20: 0.45}, n, rng)})
+        ("lower", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.66, 50: 0.68}, n, rng),
+        ("close", 0): _curve({10: 0.45, 20: 0.50, 30: 0.55, 40: 0.60, 50: 0.60}, n, rng),
+        ("dip", 0): _curve({10: 0.45, 20: 0.50, 30: 0.68, 40: 0.55, 50: 0.68}, n, rng)})
     curves = pd.DataFrame([{"strategy": s, "step": st, "value": float(df[st].mean())}
                            for (s, _), df in scores.runs.items() for st in df.columns])
     gained = pd.DataFrame({"strategy": ["all"], "gain_pp": [20.0], "ci_low": [13.0], "ci_high": [27.0]})
     boot = uncertainty.Bootstrap(n, 1000, 0)
-    out = paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, boot)
+    out = paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, boot, 2.0)
     assert (out["step"], out["frac_of_steps"], out["lower_final_step"], out["all_final_step"]) == (40, 0.4, 50, 100)
-    lo, hi = out["ci95"]
-    assert lo <= 0.4 <= hi <= 0.5 and lo >= 0.3  # below 100%: the lower-tier run is half as long
-    assert out["p_never"] < 0.025 and "test prompts" in out["interval_over"]
-    # resampled values only: every end is a checkpoint's fraction
-    assert {round(lo * 100), round(hi * 100)} <= {10, 20, 30, 40, 50}
-    # reaching the target only at its last checkpoint, by a hair: often never in a resample
-    close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot)
-    assert close["frac_of_steps"] == 0.5 and 0.2 < close["p_never"] < 0.8 and close["ci95"][1] is None
-    assert f"[{close['ci95'][0]:.0%}, not reached]" in paper000.describe(close)
-    # never reaching it: no step, and an interval that never crosses either
-    never = paper000.steps_to_match(curves, gained, "never", "all", 10, scores, boot)
-    assert never["step"] is None and never["ci95"] == [None, None] and never["p_never"] == 1.0
-    assert "never reaches" in paper000.describe(never) and "[not reached, not reached]" in paper000.describe(never)
-    # the interval is the study bootstrap's: the same resamples give the same interval
-    assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0))[
-        "ci95"] == out["ci95"]
+    at40 = out["checkpoints"][3]
+    assert at40["step"] == 40 and at40["diff_pp"] == pytest.approx(6.0) and at40["ci_low"] > -2.0 and at40["non_inferior"]
+    assert "non-inferior within 2 points" in paper000.describe(out) and "one seed" in out["interval_over"]
+    close = paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot, 2.0)
+    assert close["step"] is None and "not within 2 points" in close["reason"]
+    assert close["checkpoints"][-1]["diff_pp"] == pytest.approx(0.0) and close["checkpoints"][-1]["ci_low"] < -2.0
+    # a wide enough margin makes the touch a match: the margin is the claim, stated beside it
+    assert paper000.steps_to_match(curves, gained, "close", "all", 10, scores, boot, 10.0)["step"] == 40
+    dip = paper000.steps_to_match(curves, gained, "dip", "all", 10, scores, boot, 2.0)
+    assert [c["non_inferior"] for c in dip["checkpoints"]] == [False, False, True, False, True] and dip["step"] == 50
+    # the interval is the study bootstrap's: the same resamples give the same checkpoints
+    assert paper000.steps_to_match(curves, gained, "lower", "all", 10, scores, uncertainty.Bootstrap(n, 1000, 0),
+                                   2.0)["checkpoints"] == out["checkpoints"]
 
 
 def test_tiers_and_selections(study):
@@ -327,7 +332,8 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "confounds", "test_difficulty", "003"}  # analyze.reports: ["003"]
+                            "confounds", "test_difficulty", "plateau", "003"}  # analyze.reports: ["003"]
+    assert summary["plateau"] is None  # its test prompts are not the task's rows: no tiers to test
     # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
     assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
                                             "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}
@@ -344,7 +350,7 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
                                   "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
                                   "learnable_first_pct": 25.0, "steps": 10, "predicted_learnable_pct": easy_predicted}
     assert summary["verdict"].startswith("hard beat the base model's greedy accuracy (0.40): +12.5 points [")
-    assert "hard is the best arm: its lead of +10.0 [" in summary["verdict"]
+    assert "hard is the best arm: it differs from every other arm after Holm's correction (its lead of +10.0 [" in summary["verdict"]
     assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction within their family "
                                        "(95% intervals over 200 test prompts and 2 seeds, the seed part a t with 1 "
                                        "degrees of freedom)")
@@ -482,7 +488,7 @@ def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
     out = layout.report_dir(study)
     for name in ("table_accuracy.md", "steps_to_match.md", "table_tiers_000.md", "transfer_000.md"):
         assert (out / name).stat().st_size > 0
-    assert "Definition: first evaluated checkpoint" in (out / "steps_to_match.md").read_text()
+    assert "Definition: earliest checkpoint from which on" in (out / "steps_to_match.md").read_text()
 
 
 def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
@@ -579,16 +585,76 @@ def test_boot_p_is_two_sided():
     assert uncertainty.boot_p(np.r_[np.ones(89), -np.ones(10)]) == pytest.approx(0.22)
 
 
-def test_verdict_names_no_best_arm_when_the_lead_includes_zero():
+def test_verdict_names_a_best_arm_only_when_holm_puts_it_ahead_of_every_other():
     arms = pd.DataFrame({"strategy": ["hard", "easy"], "gain_pp": [5.0, 4.0], "ci_low": [1.0, 0.5],
                          "ci_high": [9.0, 8.0], "n_seeds": [1, 1]})
     pairs = pd.DataFrame({"a": ["easy"], "b": ["hard"], "diff_pp": [-1.0], "ci_low": [-4.0], "ci_high": [2.0],
                           "p": [0.5], "p_holm": [0.5], "significant_holm": [False]})
     line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
-    assert best is None and "not distinguishable at this size: the lead of +1.0 [-2.0, +4.0] points over easy" in line
+    assert best is None and "not distinguishable at this size: no arm differs from every other after Holm" in line
+    assert "the leader's lead of +1.0 [-2.0, +4.0] points over easy, unadjusted" in line
     assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed variance is not included))")
+    # an unadjusted interval that excludes 0 is not enough: Holm's decision names the best arm
     line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5), "greedy_acc", 0.4, 300)
-    assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy excludes 0" in line
+    assert best is None
+    line, best = uncertainty.verdict_with_intervals(arms, pairs.assign(ci_low=-6.0, ci_high=-0.5, significant_holm=True),
+                                                    "greedy_acc", 0.4, 300)
+    assert best == "hard" and "its lead of +1.0 [+0.5, +6.0] points over easy" in line
+
+
+def test_best_arm_is_the_one_holm_puts_ahead_of_all_others_not_the_top_point_estimate():
+    """Three arms: a leads b (differs) but not c; c leads b. The top point estimate (a) is not
+    named: Holm does not put it ahead of c. With a - c differing too, a is named."""
+    pairs = pd.DataFrame({"a": ["a", "a", "b"], "b": ["b", "c", "c"], "diff_pp": [4.0, 1.0, -3.0],
+                          "significant_holm": [True, False, True]})
+    assert uncertainty.best_arm(["a", "c", "b"], pairs) is None
+    assert uncertainty.best_arm(["a", "c", "b"], pairs.assign(significant_holm=True)) == "a"
+    # a contrast that differs against the arm does not count for it
+    assert uncertainty.best_arm(["a", "b"], pd.DataFrame({"a": ["a"], "b": ["b"], "diff_pp": [-2.0],
+                                                          "significant_holm": [True]})) == "b"
+
+
+def test_wide_tables_say_what_their_plus_minus_is():
+    long = pd.DataFrame({"source": "ours", "dataset": "d", "model": "m", "metric": "learnable_pct",
+                         "strategy": ["hard", "easy"], "value": [30.0, 10.0], "sd": [2.0, np.nan]})
+    text = tables.wide_markdown(long)
+    assert "30.00 ± 2.00" in text and "± : the standard deviation over seeds" in text and "[a, b]" not in text
+    with_ci = long.assign(ci_low=[25.0, 8.0], ci_high=[35.0, 12.0])
+    assert "30.00 [25.00, 35.00]" in tables.wide_markdown(with_ci) and "±" not in tables.wide_markdown(with_ci)
+
+
+def test_plateau_is_a_test_of_the_hardest_tiers_gain_against_the_others():
+    """Three tiers of 100 prompts, base 0.9 / 0.6 / 0.2: ``flat`` gains 20 points on tiers 1-2
+    and nothing on tier 3 (a plateau: the contrast's interval is below 0); ``steep`` gains 30 on
+    tier 3 (no plateau); ``noise`` gains 2 on every tier (cannot tell)."""
+    from diffgrpo.analysis.sections import plateau
+
+    rng = np.random.default_rng(0)
+    tier = np.repeat([1, 2, 3], 100)
+
+    def scores_at(accs):
+        v = np.zeros(300)
+        for t, acc in zip((1, 2, 3), accs):
+            idx = np.flatnonzero(tier == t)
+            v[rng.choice(idx, round(acc * 100), replace=False)] = 1.0
+        return v
+    base = scores_at((0.7, 0.4, 0.2))
+    runs = {("flat", s): np.maximum(base, scores_at((0.9, 0.6, 0.0))) for s in range(3)}
+    runs |= {("steep", s): np.maximum(base, scores_at((0.7, 0.4, 0.5))) for s in range(3)}
+    runs |= {("noise", s): np.where(rng.random(300) < 0.02, 1.0, base) for s in range(3)}
+    scores = analyze.Scores.of(base, runs)
+    boot = uncertainty.Bootstrap(300, 1000, 0)
+    tests = plateau.plateau_tests(scores, tier, boot).set_index("arm")
+    assert tests.loc["flat", "ci_high"] < 0 and "consistent with a plateau" in tests.loc["flat", "reading"]
+    assert tests.loc["steep", "ci_low"] > 0 and "no plateau" in tests.loc["steep", "reading"]
+    assert tests.loc["noise", "ci_low"] < 0 < tests.loc["noise", "ci_high"] and "cannot say" in tests.loc["noise", "reading"]
+    assert (tests["hardest_tier"] == 3).all()
+    rows = plateau.per_tier(scores, tier, 1000, 0)
+    flat3 = rows[(rows["arm"] == "flat") & (rows["tier"] == 3)].iloc[0]
+    assert flat3["n_prompts"] == 100 and flat3["base_acc"] == pytest.approx(20.0) and flat3["ci_low"] <= flat3["gain_pp"]
+    # the contrast is the difference of the two sides' mean gains
+    gain = 100 * (scores.at("steep") - base[:, None])
+    assert tests.loc["steep", "diff_pp"] == pytest.approx(gain[tier == 3].mean() - gain[tier < 3].mean())
 
 
 def test_r2_interval_over_runs():
@@ -710,8 +776,50 @@ def test_a_p_value_near_a_holm_threshold_is_decided_with_more_resamples_or_undec
         else:
             assert pair["resamples"] == 500 * uncertainty.MAX_REFINE and not pair["significant_holm"]
     assert len(decisions) <= 1
-    assert uncertainty.on_edge(0.05, 0.001, 1) and not uncertainty.on_edge(0.2, 0.001, 3)
-    assert uncertainty.on_edge(0.025, 0.001, 2)  # 0.05 / 2: the second Holm threshold of a family of 2
+    assert uncertainty.side(0.05, 0.001, 0.05) == 0 and uncertainty.side(0.2, 0.001, 0.05 / 3) == 1
+    assert uncertainty.side(0.001, 0.0001, 0.025) == -1
+
+
+def _step_down(ps, se=0.001, better=None):
+    """holm_step_down over fixed p-values; ``better``: {i: p after refinement}; returns the
+    decisions and the contrasts it refined."""
+    refined = []
+
+    def p_of(i, refine):
+        if not refine:
+            return ps[i], se
+        refined.append(i)
+        return (better[i], se / 4) if better and i in better and refined.count(i) == 1 else None
+    return holm_decisions(uncertainty.holm_step_down(p_of, len(ps))), refined
+
+
+def holm_decisions(d):
+    return [d[i] for i in sorted(d)]
+
+
+def test_holm_step_down_spends_no_resample_on_a_p_that_cannot_change_its_verdict():
+    # the embedded study's arms family (issue 29): the smallest p fails alpha / 6, so nothing
+    # after it can be rejected, whatever its Monte Carlo error: no refinement, no undecided
+    ps = [0.012, 0.05, 0.0495, 0.3, 0.6, 0.9]
+    decisions, refined = _step_down(ps)
+    assert decisions == ["not distinguishable"] * 6 and refined == []
+    # standard Holm: 0.001 < 0.05/3, 0.02 < 0.05/2, 0.04 < 0.05/1: all three rejected
+    assert _step_down([0.02, 0.001, 0.04])[0] == ["differs"] * 3
+    # 0.001 < 0.05/3 rejected; 0.03 > 0.05/2 stops: 0.04 is not distinguishable though below 0.05
+    assert _step_down([0.001, 0.03, 0.04])[0] == ["differs", "not distinguishable", "not distinguishable"]
+    assert holm_decisions({0: "x"}) == ["x"]
+
+
+def test_holm_step_down_refines_only_the_p_on_its_own_threshold():
+    # 0.0167 sits on 0.05/3: it alone is refined (to 0.010: rejected), then 0.02 < 0.05/2, 0.3 > 0.05
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005, better={0: 0.010})
+    assert decisions == ["differs", "differs", "not distinguishable"] and refined == [0]
+    # refined to 0.0175, above 0.05/3: the family stops there
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005, better={0: 0.0175})
+    assert decisions == ["not distinguishable", "not distinguishable", "not distinguishable"] and refined == [0]
+    # still on the edge at the cap: undecided, and so is the later p below alpha; the p clearly above alpha is not
+    decisions, refined = _step_down([0.0167, 0.02, 0.3], se=0.0005)
+    assert decisions == ["undecided", "undecided", "not distinguishable"] and refined == [0]
 
 
 def test_r2_interval_resamples_arms_then_seeds():

@@ -1,5 +1,6 @@
 """Selection policies: exact sizes, the right extremes, seeded tie-breaking."""
 
+import warnings
 import zlib
 
 import numpy as np
@@ -63,6 +64,25 @@ def test_middle_stays_in_the_interquartile_range_nearest_the_median(pool):
     assert sel["p_hat"].between(q1, q3).all()
     rest = pool[~pool["id"].isin(sel["id"]) & pool["p_hat"].between(q1, q3)]
     assert (sel["p_hat"] - med).abs().max() <= (rest["p_hat"] - med).abs().min()
+
+
+def test_middle_warns_when_it_would_train_on_hard_prompts():
+    """smollm2's case: most of the pool at p_hat 0, so the median equals the first quartile and
+    the prompts nearest the median are hard's. A warning says so; a spread pool gives none."""
+    p_hat = np.r_[np.zeros(300), np.full(100, 0.25), np.full(100, 0.75)]
+    skewed = pd.DataFrame({"id": [f"q{i:04d}" for i in range(500)], "p_hat": p_hat, "tier": 1, "base_correct": False})
+    with pytest.warns(policies.MiddleIsNotMiddle, match=r"median p_hat \(0.000\) equals the first quartile.*as hard's"):
+        sel = select.select(skewed, "middle", 50, seed=0)
+    assert (sel["p_hat"] == 0).all()
+    spread = skewed.assign(p_hat=np.linspace(0, 1, 500))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", policies.MiddleIsNotMiddle)
+        select.select(spread, "middle", 50, seed=0)
+
+
+def test_p_hat_tiers_number_the_easiest_bin_1():
+    prompts = pd.DataFrame({"p_hat": [0.0, 0.3, 0.6, 0.9], "tier": [None] * 4})
+    assert list(policies.prompt_tiers(prompts, None)) == [4, 3, 2, 1]
 
 
 def test_random_is_seeded_and_uniform(pool):

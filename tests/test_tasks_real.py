@@ -379,8 +379,19 @@ def test_math_local_file_in_hub_schema(tmp_path, caplog):
     assert list(df["type"]) == ["Algebra", "Counting & Probability", "Algebra"]
     numeric = tasks.get("math", numeric_only=True)
     assert list(numeric.load("test", source=path)["answer"]) == ["1,\\!000"]
-    assert numeric.describe() == {"name": "math", "numeric_only": True}
+    assert numeric.describe() == {"name": "math", "numeric_only": True, "extractor": "numeric"}
     assert numeric.score("so the total is \\boxed{1000}", "1,\\!000") == 1.0
+
+
+def test_math_numeric_subset_scores_gsm8k_style_answers_with_the_one_numeric_extractor():
+    """(issue 29) Paper 000's transfer scores a GSM8K-trained arm on MATH's numeric subset: its
+    "#### N" answers count there, as on GSM8K; the full MATH task still wants \\boxed or "answer is"."""
+    numeric, full, gsm = tasks.get("math", numeric_only=True), tasks.get("math"), tasks.get("gsm8k")
+    for completion in ("3 boxes of 333 and one more.\n#### 1,000", "\\boxed{1000}", "The answer is 1000."):
+        assert numeric.score(completion, "1,\\!000") == 1.0
+        assert numeric.extract(completion) == gsm.extract(completion)  # one extractor
+    assert numeric.score("#### 999", "1,\\!000") == 0.0
+    assert full.score("3 boxes of 333 and one more.\n#### 1,000", "1,\\!000") == 0.0
 
 
 def test_math500_local_file_in_hub_schema(tmp_path):

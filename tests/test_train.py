@@ -394,6 +394,21 @@ def test_control_reward_is_independent_of_correctness_with_the_stated_mean():
     assert batch(plain, 0, False) == [float(i % 2) for i in range(4 * g)]
 
 
+def test_a_length_reward_does_not_make_a_group_learnable():
+    """(issue 29) DAPO filters groups on accuracy: an all-correct group whose completions differ
+    in length has rewards that differ through the length penalty, yet no accuracy signal; it is
+    not learnable (nor kept by dynamic sampling). A group of mixed correctness is."""
+    g = 4
+    rec = train.Recorder(_Exact(), g, [], [], length_reward=(1.0, 10, 5))
+    ids, answers = ["a"] * g + ["b"] * g, ["x"] * 2 * g
+    completions = ["x"] * g + ["x", "y", "x", "y"]
+    lengths = [[0] * n for n in (2, 6, 8, 10)] * 2  # past L_max - L_cache = 5: penalised by length
+    out = rec.correct(None, completions, answers, ids, [1] * 2 * g, _State(0), completion_ids=lengths)
+    all_right, mixed = rec.groups
+    assert len(set(out[:g])) > 1 and len(set(all_right["rewards"])) > 1  # the length term varies...
+    assert not all_right["learnable"] and mixed["learnable"]                # ...but only accuracy counts
+
+
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
     from peft import get_peft_model

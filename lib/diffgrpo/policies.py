@@ -28,6 +28,7 @@ level).
 from __future__ import annotations
 
 import inspect
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,7 +99,20 @@ def middle(prompts, n, rng):
     if len(inside) < n:
         raise SelectionError(f"middle: only {len(inside)} prompts lie in the interquartile range "
                              f"[{q1:.3f}, {q3:.3f}], fewer than the budget of {n}")
-    return lowest(inside, np.abs(inside["p_hat"].to_numpy(dtype=float) - med), rng).iloc[:n]
+    out = lowest(inside, np.abs(inside["p_hat"].to_numpy(dtype=float) - med), rng).iloc[:n]
+    chosen = np.sort(out["p_hat"].to_numpy(dtype=float))
+    for other, ends in (("hard", np.sort(p)[:n]), ("easy", np.sort(p)[::-1][:n][::-1])):
+        if np.array_equal(chosen, ends):
+            warnings.warn(f"middle: the median p_hat ({med:.3f}) equals the {'first' if other == 'hard' else 'third'} "
+                          f"quartile ({q1 if other == 'hard' else q3:.3f}), so middle's {n} prompts have the same p_hat "
+                          f"as {other}'s: the two arms train on equally difficult prompts and their contrast says nothing "
+                          "about difficulty. Probe with a larger K (probe.k) for finer p_hat, or drop one of the arms",
+                          MiddleIsNotMiddle, stacklevel=2)
+    return out
+
+
+class MiddleIsNotMiddle(UserWarning):
+    """``middle`` picked prompts as difficult as ``hard``'s (or ``easy``'s): p_hat too coarse."""
 
 
 @register("random", budgeted=True, per_seed=True)
@@ -196,7 +210,8 @@ def levels(prompts, n, rng, levels=(), levels_seed=0):
 
 
 def prompt_tiers(prompts: pd.DataFrame, bins: list[float] | None) -> np.ndarray:
-    """The task's tiers, or p_hat bins numbered 1 (hardest: lowest p_hat) upwards."""
+    """The task's tiers, or p_hat bins numbered 1 (easiest: highest p_hat) upwards, so that "lower
+    tiers" means easier, as with MATH levels and shuffled-objects swaps."""
     tier = prompts["tier"]
     if tier.notna().all():
         return tier.to_numpy(dtype=int)

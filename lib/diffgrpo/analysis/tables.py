@@ -122,7 +122,8 @@ def markdown(df: pd.DataFrame) -> str:
 def wide_markdown(long: pd.DataFrame) -> str:
     """A long table in the paper's layout: a row per source x dataset x model x metric, a column
     per arm, cells "mean [95% interval]" where the table has intervals, else "mean ± sd"
-    where seeds vary."""
+    where seeds vary, with a line under the table that says what each is (the ± is the sd of
+    the per-seed values, a spread, not an interval)."""
     if long.empty:
         return "(no rows)\n"
     lo, hi = (long[c].astype(float) if c in long else pd.Series(np.nan, index=long.index) for c in ("ci_low", "ci_high"))
@@ -130,5 +131,10 @@ def wide_markdown(long: pd.DataFrame) -> str:
              for v, sd, a, b in zip(long["value"], long["sd"].astype(float), lo, hi)]
     wide = long.assign(cell=cells).pivot_table(
         index=["source", "dataset", "model", "metric"], columns="strategy", values="cell", aggfunc="first", sort=False)
-    return markdown(wide[arm_order(long["strategy"])].reset_index().fillna(""))
+    legend = [text for mark, text in (
+        (" [", "[a, b]: the 95% interval (test prompts and seeds)"),
+        (" ± ", "± : the standard deviation over seeds (the spread of the per-seed values, not an interval)"))
+        if any(mark in c for c in cells)]
+    table = markdown(wide[arm_order(long["strategy"])].reset_index().fillna(""))
+    return table + (f"\n{'; '.join(legend)}.\n" if legend else "")
 

@@ -1,6 +1,6 @@
 """Uncertainty of every reported number: intervals that hold at the seeds a study has, paired
 contrasts with Holm's adjustment in named families, the least-squares line of Figure 3 and an
-interval on its R^2, and the one-line verdict that names a best arm only when the data support it.
+interval on its R^2, and the one-line verdict that names a best arm only when Holm's decisions support it.
 
 The mean of a prompts x seeds matrix of scores (an arm's gain, or the difference of two arms'
 gains) varies through the test prompts and through the seeds. With 2-3 seeds, resampling the
@@ -29,9 +29,13 @@ the prompts' variance dominates); the crossed bootstrap called 7.5%, 17.8%, 5.1%
 covered 88-96%. ``tests/test_analyze.py::test_few_seed_intervals_hold_their_error_rates``
 checks the rates with 600 studies a setting.
 
-Every p-value is decided against each Holm threshold of its family (alpha / k, k = 1..m): while
-its 99% Monte Carlo interval holds a threshold, the prompt resamples are doubled, up to
-``MAX_REFINE`` times ``analyze.bootstrap``; a p still on the edge is reported ``undecided``.
+Holm's step-down decides each family (:func:`holm_step_down`): the smallest p left is compared
+with alpha / (the contrasts left); while its 99% Monte Carlo interval holds that one threshold,
+its prompt resamples are doubled, up to ``MAX_REFINE`` times ``analyze.bootstrap``. A p below it
+is rejected and the next is compared; the first p above it ends the family, and no resample is
+spent on the contrasts after it (no p of theirs can change their verdict: not distinguishable).
+A p still on the edge at the cap is ``undecided``, and so is every later contrast whose p is not
+clearly above alpha (its verdict hangs on the undecided one).
 Holm's families: the contrasts among the arms that train on the verifier's reward, and, apart,
 each arm against a control arm (whose contrasts would otherwise dilute the arms' own).
 
@@ -198,9 +202,43 @@ def holm(p: Iterable[float]) -> np.ndarray:
 
 
 
-def on_edge(p: float, se: float, m: int, alpha: float = ALPHA) -> bool:
-    """Whether p's 99% Monte Carlo interval holds one of the Holm thresholds alpha / k (k <= m)."""
-    return bool(np.any(np.abs(p - alpha / np.arange(1, m + 1)) <= MC_Z * se))
+def side(p: float, se: float, threshold: float) -> int:
+    """-1 when p's 99% Monte Carlo interval lies below ``threshold``, +1 above it, 0 when it holds it."""
+    if abs(p - threshold) <= MC_Z * se:
+        return 0
+    return -1 if p < threshold else 1
+
+
+
+def holm_step_down(p_of, m: int, alpha: float = ALPHA) -> dict[int, str]:
+    """Holm's step-down over the contrasts ``0..m-1`` of one family, deciding each p only as far
+    as its verdict needs. ``p_of(i, refine)`` returns ``(p, mc_se)`` of contrast i: its current
+    estimate with ``refine`` False, a better one (more resamples; ``None`` at the cap) with True.
+    Returns each contrast's decision: ``differs``, ``not distinguishable`` or ``undecided``
+    (module docstring)."""
+    est = {i: p_of(i, False) for i in range(m)}
+    left, out = set(range(m)), {}
+    while left:
+        i = min(left, key=lambda j: (est[j][0], j))
+        threshold = alpha / len(left)
+        while (where := side(*est[i], threshold)) == 0:
+            better = p_of(i, True)
+            if better is None:
+                break
+            est[i] = better
+        if where < 0:
+            out[i] = "differs"
+            left.discard(i)
+            continue
+        if where > 0 and min(left, key=lambda j: (est[j][0], j)) != i:
+            continue  # refined above: another p left is now the smallest, and decides the step
+        out[i] = "undecided" if where == 0 else "not distinguishable"
+        left.discard(i)
+        for j in left:  # after a stop nothing is rejected; after an undecided step a p below alpha might be
+            clear = est[j][0] - MC_Z * est[j][1] > alpha
+            out[j] = "not distinguishable" if where > 0 or clear else "undecided"
+        break
+    return out
 
 
 
@@ -225,7 +263,8 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
     gains in points (a - b), its interval, p-value (with its Monte Carlo error and the resamples
     it took), and Holm's within its family: ``arms`` (pairs of verifier-reward arms) or
     ``control`` (a pair with a ``control`` arm). ``decision``: differs / not distinguishable /
-    undecided (p still within Monte Carlo error of a Holm threshold at the cap)."""
+    undecided, by Holm's step-down (:func:`holm_step_down`: resamples are spent only on the p
+    that decides a step)."""
     arms, control = arm_order(s for s, _ in scores.runs), set(control)
     rows, diffs = [], []
     for i, a in enumerate(arms):
@@ -238,29 +277,33 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
             rows.append({"a": a, "b": b, "family": family, "diff_pp": float(diff.mean()), "n_seeds": len(common)})
             diffs.append(diff)
     out = pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
-    sizes = out["family"].map(out["family"].value_counts())
-    undecided = []
-    for i, diff in enumerate(diffs):
-        blocks = 1
-        while True:
-            dist = mean_dist(diff, boot, blocks)
-            p, se = dist.p_value()
-            edge = on_edge(p, se, int(sizes.iloc[i]), alpha)
-            if not edge or 2 * blocks > max_refine:
-                break
-            blocks *= 2
+    blocks, dists = [1] * len(diffs), [mean_dist(d, boot) for d in diffs]
+
+    def p_of(i: int, refine: bool):
+        if refine:
+            if 2 * blocks[i] > max_refine:
+                return None
+            blocks[i] *= 2
+            dists[i] = mean_dist(diffs[i], boot, blocks[i])
+        return dists[i].p_value()
+
+    decision = pd.Series("not distinguishable", index=out.index, dtype=object)
+    for family, idx in out.groupby("family").groups.items():
+        idx = list(idx)
+        for k, d in holm_step_down(lambda j, refine: p_of(idx[j], refine), len(idx), alpha).items():
+            decision[idx[k]] = d
+    for i, dist in enumerate(dists):
+        p, se = dist.p_value()
         lo, hi = dist.interval(1 - alpha)
-        out.loc[i, ["ci_low", "ci_high", "p", "p_mc_se", "resamples"]] = [lo, hi, p, se, blocks * boot.n_boot]
-        undecided.append(edge)
+        out.loc[i, ["ci_low", "ci_high", "p", "p_mc_se", "resamples"]] = [lo, hi, p, se, blocks[i] * boot.n_boot]
     out = out.astype({"ci_low": float, "ci_high": float, "p": float, "p_mc_se": float, "resamples": int})
     out["p_holm"] = np.nan
     for family, idx in out.groupby("family").groups.items():
         out.loc[idx, "p_holm"] = holm(out.loc[idx, "p"])
     out["excludes_zero"] = (out["ci_low"] > 0) | (out["ci_high"] < 0)
-    out["undecided"] = np.asarray(undecided, bool)
-    out["significant_holm"] = (out["p_holm"] < alpha) & ~out["undecided"]
-    out["decision"] = np.where(out["undecided"], "undecided",
-                               np.where(out["significant_holm"], "differs", "not distinguishable"))
+    out["decision"] = decision.to_numpy()
+    out["undecided"] = out["decision"] == "undecided"
+    out["significant_holm"] = out["decision"] == "differs"
     return out
 
 
@@ -312,11 +355,34 @@ def r2_interval(x: Iterable[float], y: Iterable[float], n_boot: int, seed: int,
 
 
 
+def best_arm(arms: Iterable[str], pairs: pd.DataFrame) -> str | None:
+    """The arm that Holm's decisions put ahead of every other one of ``arms`` (its contrast with
+    each ``differs``, in its favour), or None. No ranking by point estimate comes first, so the
+    arm named is not the luckiest of several (no winner's curse): it is named only when the
+    family's own decisions, at their family-wise error rate, say it leads each other arm."""
+    arms = list(arms)
+    for arm in arms:
+        wins = 0
+        for other in arms:
+            if other == arm:
+                continue
+            row = pairs[((pairs["a"] == arm) & (pairs["b"] == other)) | ((pairs["a"] == other) & (pairs["b"] == arm))]
+            if len(row) and bool(row["significant_holm"].iloc[0]):
+                sign = 1 if row["a"].iloc[0] == arm else -1
+                wins += sign * float(row["diff_pp"].iloc[0]) > 0
+        if wins == len(arms) - 1:
+            return arm
+    return None
+
+
+
 def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str, base_acc: float,
                            n_prompts: int, control: Iterable[str] = ()) -> tuple[str, str | None]:
-    """One honest line, and the best arm: named only when its lead over the runner-up has an
-    interval that excludes 0; otherwise the arms are not distinguishable at this size. The best
-    arm is one that trains on the verifier's reward (``control`` arms are compared apart)."""
+    """One honest line, and the best arm: named only when Holm's decisions in the arms' family
+    put it ahead of every other arm (:func:`best_arm`); otherwise the arms are not
+    distinguishable at this size, and the line gives the leader's lead over the runner-up with
+    its interval (unadjusted: a description, not a decision). The best arm is one that trains on
+    the verifier's reward (``control`` arms are compared apart)."""
     name = METRIC_NAMES.get(metric, metric)
     control = set(control)
     real = arms[~arms["strategy"].isin(control)] if (~arms["strategy"].isin(control)).any() else arms
@@ -345,12 +411,13 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
     lead = {"diff": sign * pair["diff_pp"], "lo": min(sign * pair["ci_low"], sign * pair["ci_high"]),
             "hi": max(sign * pair["ci_low"], sign * pair["ci_high"])}
     lead_text = f"{lead['diff']:+.1f} [{lead['lo']:+.1f}, {lead['hi']:+.1f}] points over {second['strategy']}"
-    if lead["lo"] > 0:
-        best = str(top["strategy"])
-        line += f"; {best} is the best arm: its lead of {lead_text} excludes 0"
+    best = best_arm(ranked["strategy"], pairs)
+    if best is not None:
+        line += (f"; {best} is the best arm: it differs from every other arm after Holm's correction "
+                 f"(its lead of {lead_text})")
     else:
-        best = None
-        line += f"; the arms are not distinguishable at this size: the lead of {lead_text} includes 0"
+        line += (f"; the arms are not distinguishable at this size: no arm differs from every other after Holm's "
+                 f"correction (the leader's lead of {lead_text}, unadjusted)")
     return f"{line}{_family_counts(pairs)} ({scope})", best
 
 

@@ -216,6 +216,7 @@ class AnalyzeConfig(_Section):
     bootstrap: Annotated[int, Field(ge=100)]
     seed: NonNegInt
     test_bins: list[Frac]
+    match_margin: Annotated[float, Field(gt=0)]
 
 
 def budget_size(pool: int, frac: float | None, count: int | None) -> int:

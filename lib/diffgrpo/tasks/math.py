@@ -16,7 +16,11 @@ comparison runs without one; any error or timeout scores 0.
 
 Option ``numeric_only=True`` keeps the problems whose gold is a plain number (an integer or
 a decimal, thousands separators allowed): paper 000's numeric-answer subset, on which a
-GSM8K-trained model can be scored.
+GSM8K-trained model can be scored. That subset is scored with the one numeric extractor every
+numeric task uses (:func:`~diffgrpo.tasks.base.extract_number`: ``#### N``, ``\\boxed{N}``,
+"the answer is N", else the last number), not MATH's (``\\boxed`` or "answer is" only): a
+GSM8K-trained arm learns to end with ``#### N``, and MATH's extractor would score its right
+answers 0, biasing paper 000's transfer comparison against it (issue 29).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
 from diffgrpo.tasks import register
-from diffgrpo.tasks.base import Task, TaskError, answer_is, last_boxed, load_hub, log, rows_from, validate_rows
+from diffgrpo.tasks.base import (Task, TaskError, answer_is, extract_number, last_boxed, load_hub, log, normalize_number,
+                                 rows_from, validate_rows)
 
 SUBJECTS = (
     "algebra",
@@ -55,10 +60,14 @@ class _MathTask(Task):
         self.numeric_only = bool(numeric_only)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "numeric_only": self.numeric_only}
+        return {"name": self.name, "numeric_only": self.numeric_only} | (
+            {"extractor": "numeric"} if self.numeric_only else {})
 
     def extract(self, completion: str) -> str | None:
-        """The last ``\\boxed{}`` content, else what follows the last "answer is"."""
+        """The last ``\\boxed{}`` content, else what follows the last "answer is"; on the numeric
+        subset, the numeric tasks' final number (module docstring)."""
+        if self.numeric_only:
+            return extract_number(completion)
         boxed = last_boxed(completion)
         if boxed is not None:
             return boxed
@@ -67,6 +76,8 @@ class _MathTask(Task):
 
     def score(self, completion: str, answer: str) -> float:
         got = self.extract(completion)
+        if self.numeric_only:
+            return float(got is not None and got == normalize_number(answer))
         return float(got is not None and math_equal(answer, got))
 
     def _finish(self, df: pd.DataFrame, where: str) -> pd.DataFrame:

@@ -1,10 +1,14 @@
 """What a run records: each generated group's rewards (``groups.parquet``), each logged step
 (``steps.parquet``), the checkpoints' tidying and the progress bar.
 
-Learnable % (one definition, the project's): the share of groups whose rewards *trained on*
-are not all equal (``learnable``), i.e. the groups with a nonzero advantage. The verifier's
-scores are kept beside them (``scores``); where a report shows the share of groups whose
-verifier scores are mixed, it is called ``verifier_mixed``.
+Learnable % (one definition, the project's): the share of groups whose arm reward (the
+verifier's score, or a control's Bernoulli draw) is not all equal (``learnable``). A length
+reward (DAPO's overlong punishment, paper 002) is added to ``rewards`` but does not make a group
+learnable: it varies with length in every group, so counting it would call all-correct and
+all-wrong groups learnable. Dynamic sampling keeps the groups this flag keeps, as DAPO filters
+on accuracy (docs/paper002.md). The verifier's scores are kept beside them (``scores``); where
+a report shows the share of groups whose verifier scores are mixed, it is called
+``verifier_mixed``.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class Recorder(TrainerCallback):
                 raise RuntimeError(f"TRL passed a group of mixed prompts {id[start:start + g]}: grouping changed")
             s = np.asarray(scores[start:start + g], dtype=float)
             r = trained[start:start + g]
+            learnable = bool(r.max() > r.min())  # the arm's reward (accuracy for the verifier), before any length term
             if weight:
                 r = r + weight * np.array([rewards.overlong_penalty(len(c), max_length, cache)
                                            for c in completion_ids[start:start + g]])
@@ -74,7 +79,7 @@ class Recorder(TrainerCallback):
             self.groups.append({
                 "step": step, "prompt_id": id[start], "tier": tier[start], "rewards": r.tolist(),
                 "reward_mean": float(r.mean()), "reward_std": float(r.std(ddof=1)),
-                "learnable": bool(r.max() > r.min()), "scores": s.tolist(),
+                "learnable": learnable, "scores": s.tolist(),
                 "round": self.round, "kept": True, "level": self.level,
             })
         return out

@@ -6,29 +6,32 @@ trained on GSM8K beats one trained on MATH on MATH's numeric subset (+5 points a
 Which arms are compared is read from their policies: the lower-tier arm is the first with
 policy ``tiers``, the all-tier arm the first with policy ``all``.
 
-**steps_to_match**, exactly: the target is the all-tier arm's accuracy (``analyze.metric``, on
-the held-out test set, mean over its seeds) at its final checkpoint; ``step`` is the first
-evaluated checkpoint at which the lower-tier arm's accuracy (mean over its seeds) reaches the
-target (>=); ``frac_of_steps`` = step / the all-tier arm's final step. Checkpoints come every
-``train.save_steps``, so the fraction is known to that resolution (``resolution_frac``). It is
-null, with the reason, when either arm is missing, when the all-tier arm's gain over the base
-model has a 95% interval that does not exclude 0 (there is no accuracy gain to match: the
-untrained model already has it), or when the lower-tier arm never reaches the target.
-
-Its 95% interval (``ci95``, fractions) resamples the test prompts (the study's
-:class:`~diffgrpo.analysis.uncertainty.Bootstrap`, ``analyze.bootstrap`` resamples; the seeds held as
-they are): in each resample the target and the lower-tier curve are recomputed on the same
-drawn prompts and the first crossing found again; a resample where the lower-tier arm never
-reaches the target counts as beyond its last checkpoint (``p_never``: their share; an upper
-end that falls there is null, "not reached"). The percentiles take resampled values only (a
-fraction on the checkpoint grid). With ``train.epochs`` each arm trains its own number of
-steps (an epoch of the smaller lower-tier set is shorter), so the fraction can come out below
-100% by the lower-tier arm's final checkpoint; with ``train.max_steps`` both train as long.
+**steps_to_match**, exactly: a non-inferiority test on the paired difference, not a first
+crossing of point estimates (which is biased early when the curves are close). At each evaluated
+checkpoint s of the lower-tier arm, the difference d(s) = its accuracy at s minus the all-tier
+arm's at its final checkpoint (``analyze.metric`` on the held-out test set, in points), paired on
+the same test prompts and the seeds both arms ran, gets the study's 95% interval (test prompts
+and seeds, :func:`~diffgrpo.analysis.uncertainty.mean_dist`). The lower-tier arm is
+*non-inferior* at s when that interval's lower end is above ``-analyze.match_margin`` points (a
+one-sided test at 2.5%). The checkpoints are tested in a fixed sequence, the last first, and the
+sequence stops at the first that is not non-inferior (the fixed-sequence procedure: the
+family-wise error stays at 2.5% over all the checkpoints); ``step`` is the earliest checkpoint of
+that unbroken run, and ``frac_of_steps`` = step / the all-tier arm's final step, known to
+``train.save_steps`` / that step (``resolution_frac``). ``checkpoints`` lists every d(s) with its
+interval. It is null, with the reason, when either arm is missing, when the two share no seed,
+when the all-tier arm's gain over the base model has a 95% interval that does not exclude 0
+(there is no accuracy gain to match: the untrained model already has it), or when the lower-tier
+arm is not non-inferior even at its last checkpoint. Paper 000 says its run matches "across
+tiers"; this match is on the whole held-out set (the per-tier rows are in ``table_tiers_000``).
+With ``train.epochs`` each arm trains its own number of steps (an epoch of the smaller
+lower-tier set is shorter), so the fraction can come out below 100% by the lower-tier arm's
+final checkpoint; with ``train.max_steps`` both train as long.
 
 Section ``"000"`` of summary.json::
 
     {"tiers": [{"arm", "tier", "base_acc", "final_acc"}],        # test set, per tier, fractions
-     "steps_to_match": {"lower_tier_arm", "all_arm", "step", "frac_of_steps", "ci95", "p_never",
+     "steps_to_match": {"lower_tier_arm", "all_arm", "step", "frac_of_steps", "margin_pp",
+                        "checkpoints": [{"step", "diff_pp", "ci_low", "ci_high", "non_inferior"}],
                         "interval_over", "lower_final_step", "all_final_step", "target_acc",
                         "resolution_frac", "reason", "definition"},
      "transfer": [{"arm", "train_task", "eval_set", "acc"}],      # every arm (and base) on every
@@ -45,10 +48,12 @@ from diffgrpo.analysis.papers import arm_selecting
 from diffgrpo.store import layout
 from diffgrpo.params import TEST_SET
 from diffgrpo.analysis.tables import final_checkpoints, tier_accuracy
-from diffgrpo.analysis.uncertainty import _round, interval
+from diffgrpo.analysis.uncertainty import _round, mean_dist
 
-DEFINITION = ("first evaluated checkpoint at which the lower-tier arm's accuracy (mean over seeds, held-out test "
-              "set) reaches the all-tier arm's final accuracy, as a fraction of the all-tier arm's steps")
+DEFINITION = ("earliest checkpoint from which on, to its last, the lower-tier arm is non-inferior to the all-tier "
+              "arm's final checkpoint: the 95% interval of the paired difference (held-out test set, points; test "
+              "prompts and seeds) has its lower end above -margin, checkpoints tested last first in a fixed "
+              "sequence; as a fraction of the all-tier arm's steps")
 
 
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
@@ -56,29 +61,29 @@ TABLES = ("table_tiers_000", "steps_to_match", "transfer_000")
 FIGURES = ()
 
 
-def match_interval(scores, boot, lower: str, all_arm: str, final_step: int, level: float = 0.95) -> dict:
-    """The 95% interval of ``frac_of_steps`` over test-prompt resamples (module docstring):
-    ``scores``: :class:`diffgrpo.analysis.report.Scores` (per prompt, by checkpoint), ``boot``: the
-    study's :class:`diffgrpo.analysis.uncertainty.Bootstrap`; ``final_step``: the all-tier arm's."""
-    target = boot.prompt_means(scores.at(all_arm, final_step).mean(axis=1))
-    steps = np.array(scores.steps(lower))
-    curve = np.column_stack([boot.prompt_means(scores.at(lower, int(s)).mean(axis=1)) for s in steps])
-    reached = curve >= target[:, None] - 1e-12
-    frac = np.where(reached.any(axis=1), steps[reached.argmax(axis=1)] / final_step, np.inf)
-    lo, hi = interval(frac, level, method="inverted_cdf")
-    return {"ci95": [_round(lo) if np.isfinite(lo) else None, _round(hi) if np.isfinite(hi) else None],
-            "p_never": _round(float(np.isinf(frac).mean())),
-            "interval_over": f"test prompts ({boot.n_boot} bootstrap resamples of {boot.n_prompts}; seeds as they are)"}
+def match_checkpoints(scores, boot, lower: str, all_arm: str, final_step: int, margin_pp: float) -> pd.DataFrame:
+    """Per evaluated checkpoint of the lower-tier arm: the paired difference from the all-tier
+    arm's final checkpoint (points), its 95% interval, and whether it is non-inferior (the
+    interval's lower end above ``-margin_pp``). Paired on the seeds both arms ran."""
+    common = sorted(set(scores.seeds(lower)) & set(scores.seeds(all_arm)))
+    target = scores.at(all_arm, final_step, seeds=common)
+    rows = []
+    for step in scores.steps(lower):
+        dist = mean_dist(100.0 * (scores.at(lower, step, seeds=common) - target), boot)
+        lo, hi = dist.interval()
+        rows.append({"step": int(step), "diff_pp": dist.est, "ci_low": lo, "ci_high": hi,
+                     "non_inferior": bool(lo > -margin_pp)})
+    return pd.DataFrame(rows, columns=["step", "diff_pp", "ci_low", "ci_high", "non_inferior"])
 
 
 def steps_to_match(curves: pd.DataFrame, arms: pd.DataFrame, lower: str | None, all_arm: str | None,
-                   save_steps: int, scores=None, boot=None) -> dict:
+                   save_steps: int, scores, boot, margin_pp: float) -> dict:
     """See the module's docstring. ``curves``: accuracy by checkpoint per arm (strategy, step,
     value; step 0 the base model); ``arms``: each arm's gain interval (strategy, ci_low, gain_pp);
-    ``scores`` and ``boot`` (both or neither): the per-prompt scores and the study's test-prompt
-    resamples, for the interval (:func:`match_interval`)."""
-    out = {"lower_tier_arm": lower, "all_arm": all_arm, "step": None, "frac_of_steps": None, "ci95": None,
-           "p_never": None, "interval_over": None, "lower_final_step": None, "all_final_step": None,
+    ``scores``: the per-prompt scores by checkpoint (:class:`diffgrpo.analysis.report.Scores`),
+    ``boot``: the study's test-prompt resamples; ``margin_pp``: ``analyze.match_margin``."""
+    out = {"lower_tier_arm": lower, "all_arm": all_arm, "step": None, "frac_of_steps": None, "margin_pp": margin_pp,
+           "checkpoints": [], "interval_over": None, "lower_final_step": None, "all_final_step": None,
            "target_acc": None, "resolution_frac": None, "reason": None, "definition": DEFINITION}
     if lower is None or all_arm is None:
         out["reason"] = "the study needs an arm with policy `tiers` and one with policy `all`, each with complete runs"
@@ -88,38 +93,44 @@ def steps_to_match(curves: pd.DataFrame, arms: pd.DataFrame, lower: str | None, 
     target, final_step = float(final["value"]), int(final["step"])
     out.update(target_acc=_round(target), resolution_frac=_round(save_steps / final_step), all_final_step=final_step,
                lower_final_step=int(curves.loc[curves["strategy"] == lower, "step"].max()))
-    if scores is not None:
-        out.update(match_interval(scores, boot, lower, all_arm, final_step))
+    common = sorted(set(scores.seeds(lower)) & set(scores.seeds(all_arm)))
+    if not common:
+        out["reason"] = f"{lower!r} and {all_arm!r} ran no seed in common: the paired difference needs one"
+        return out
+    out["interval_over"] = (f"test prompts ({boot.n_boot} bootstrap resamples of {boot.n_prompts}) and "
+                            + (f"{len(common)} seeds (t, {len(common) - 1} df)" if len(common) > 1
+                               else "one seed (seed variance not included)"))
+    table = match_checkpoints(scores, boot, lower, all_arm, final_step, margin_pp)
+    out["checkpoints"] = [{k: _round(v) if isinstance(v, float) else v for k, v in r.items()}
+                          for r in table.to_dict("records")]
     gain = arms.set_index("strategy").loc[all_arm]
     if not gain["ci_low"] > 0:
         out["reason"] = (f"the all-tier arm {all_arm!r} gained {gain['gain_pp']:+.1f} points over the base model, "
                          f"95% interval [{gain['ci_low']:+.1f}, {gain['ci_high']:+.1f}], which does not exclude 0: "
                          "there is no accuracy gain to match")
         return out
-    mine = curves[(curves["strategy"] == lower) & (curves["step"] > 0)].sort_values("step")
-    reached = mine[mine["value"] >= target - 1e-12]
-    if reached.empty:
-        out["reason"] = (f"the lower-tier arm {lower!r} never reaches the all-tier arm's final accuracy "
-                         f"{target:.4f} (its best checkpoint: {mine['value'].max():.4f})")
+    ok = table["non_inferior"].to_numpy()
+    if not len(ok) or not ok[-1]:
+        last = table.iloc[-1] if len(table) else None
+        out["reason"] = (f"the lower-tier arm {lower!r} is not within {margin_pp:g} points of the all-tier arm's final "
+                         "accuracy even at its last checkpoint" + ("" if last is None else
+                         f" (step {int(last['step'])}: {last['diff_pp']:+.1f} [{last['ci_low']:+.1f}, {last['ci_high']:+.1f}])"))
         return out
-    step = int(reached["step"].iloc[0])
+    first = len(ok) - int(np.argmin(ok[::-1])) if not ok.all() else 0  # the unbroken run of non-inferior ones at the end
+    step = int(table["step"].iloc[first])
     out.update(step=step, frac_of_steps=_round(step / final_step))
     return out
 
 
 def describe(match: dict) -> str:
-    """steps_to_match in words, with its interval (an end where the resample never crosses:
-    "not reached")."""
-    def pct(v):
-        return "not reached" if v is None else f"{v:.0%}"
-
-    ci = match["ci95"]
-    ci_text = "" if ci is None else (f", 95% interval over {match['interval_over']} [{pct(ci[0])}, {pct(ci[1])}]; "
-                                     f"the lower-tier arm never reaches the target in {match['p_never']:.0%} of resamples")
+    """steps_to_match in words, with the margin and the difference at the matched checkpoint."""
     if match["reason"] is not None:
-        return f"not reported: {match['reason']}{ci_text}"
+        return f"not reported: {match['reason']}"
+    at = next(c for c in match["checkpoints"] if c["step"] == match["step"])
     return (f"{match['frac_of_steps']:.0%} of the all-tier arm's steps (step {match['step']} of "
-            f"{match['all_final_step']}; the lower-tier arm trained {match['lower_final_step']}){ci_text}")
+            f"{match['all_final_step']}; the lower-tier arm trained {match['lower_final_step']}): from there on "
+            f"non-inferior within {match['margin_pp']:g} points (at step {match['step']}: {at['diff_pp']:+.1f} "
+            f"[{at['ci_low']:+.1f}, {at['ci_high']:+.1f}], 95% over {match['interval_over']})")
 
 
 def tier_rows(tiers: pd.DataFrame, evals: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -152,14 +163,15 @@ def write(study) -> dict:
     ran = set(study.runs["strategy"])
     lower, all_arm = arm_selecting(cfg, "tiers", ran), arm_selecting(cfg, "all", ran)
     match = steps_to_match(study.curves, study.arms, lower, all_arm, cfg.for_arm(all_arm).train.save_steps
-                           if all_arm else cfg.train.save_steps, study.scores, study.boot)
+                           if all_arm else cfg.train.save_steps, study.scores, study.boot, cfg.analyze.match_margin)
     tiers = tier_rows(study.tiers, study.evals, metric)
     transfer = transfer_rows(cfg, study.set_evals, metric)
     study.write_table("table_tiers_000", f"Accuracy per tier ({metric}, held-out test set): the base model and each "
                       "arm's final checkpoint (paper 000: gains plateau on the hardest tiers)", tiers.round(4))
-    study.write_table("steps_to_match", "Steps the lower-tier arm needs to match the all-tier arm (paper 000: about 45%)",
-                      pd.DataFrame([{k: v for k, v in match.items() if k not in ("definition", "interval_over")}]),
-                      note=f"Definition: {DEFINITION}. Ours: {describe(match)}.")
+    study.write_table("steps_to_match", "Steps the lower-tier arm needs to match the all-tier arm (paper 000: about 45%): "
+                      "each checkpoint's paired difference from the all-tier arm's final accuracy (points, 95% interval)",
+                      pd.DataFrame(match["checkpoints"], columns=["step", "diff_pp", "ci_low", "ci_high", "non_inferior"]),
+                      note=f"Definition: {DEFINITION} (margin {match['margin_pp']:g} points). Ours: {describe(match)}.")
     study.write_table("transfer_000", f"Transfer ({metric}, final checkpoints): every arm on every evaluation set "
                       "besides the held-out test set (paper 000: GSM8K-trained beats MATH-trained on MATH numeric "
                       "by about 5 points at 1.5B, 3 at 3B)", transfer.round(4))

@@ -1,6 +1,6 @@
 """The sections of every study's report, one module each, in the order the report writes them
 (and the notebook shows their figures): ``runs``, ``verdict``, ``regression``, ``arms``,
-``contrasts``, ``curves``, ``learnability``, ``tiers``, ``selections``, ``confounds``,
+``contrasts``, ``curves``, ``learnability``, ``tiers``, ``plateau``, ``selections``, ``confounds``,
 ``test_difficulty``, ``paper_tables``. A section has the contract of a paper's report
 (:mod:`diffgrpo.analysis.papers`):
 
@@ -55,7 +55,7 @@ from diffgrpo.registry import Registry
 #: the built-in sections (modules of this package), in report order; the name is the section's
 #: (its summary.json key where it writes one), the module says what it holds
 BUILT_IN = {name: f"{__name__}.{name}" for name in (
-    "runs", "verdict", "regression", "arms", "contrasts", "curves", "learnability", "tiers", "selections",
+    "runs", "verdict", "regression", "arms", "contrasts", "curves", "learnability", "tiers", "plateau", "selections",
     "confounds")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
 
 #: every section: the built-in ones, then those a plugin or a notebook registered, in that order

@@ -34,8 +34,9 @@ def write(study) -> dict:
     write_csv(study.out / "contrasts.csv", pairs.round(DIGITS))
     write_text(study.out / "contrasts.md", "# Contrasts: gain of a minus gain of b (points), paired on the same test "
                f"prompts and seeds; 95% interval over {study.over}; p two-sided from {study.cfg.analyze.bootstrap} prompt "
-               f"resamples, more (up to {MAX_REFINE}x; column `resamples`) where its Monte Carlo error straddles a Holm "
-               "threshold (still so at the cap: undecided); p_holm adjusted within each Holm family\n\n"
+               f"resamples, more (up to {MAX_REFINE}x; column `resamples`) only where Holm's step-down compares it with a "
+               "threshold its Monte Carlo error straddles (still so at the cap: undecided); decision by Holm's step-down, "
+               "p_holm adjusted within each Holm family\n\n"
                f"Holm families: {family_text or 'none'}\n\n"
                + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
     return {"contrasts": [_contrast(r) for r in pairs.to_dict("records")], "holm_families": families}

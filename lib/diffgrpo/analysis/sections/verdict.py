@@ -1,5 +1,5 @@
 """The verdict: in one paragraph, whether GRPO beat the base model, and the best arm only when
-its lead over the runner-up excludes 0 (:func:`diffgrpo.analysis.uncertainty.verdict_with_intervals`).
+Holm's decisions put it ahead of every other arm (:func:`diffgrpo.analysis.uncertainty.verdict_with_intervals`).
 
 Writes no file. Its part of ``summary.json``: ``{"best": arm or null, "verdict": the paragraph}``.
 """
