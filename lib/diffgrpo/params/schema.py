@@ -427,6 +427,9 @@ def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
             key = key.split("[")[0] if "[" in key else key.rpartition(".")[0]
         return origin.get(key, "params")
 
+    secrets = _secrets(data)
+    if secrets:
+        raise ParamsError(f"{where(secrets[0])}: `{secrets[0]}` is refused: {NOT_FROM_PARAMS}")
     if isinstance(data.get("cluster"), dict):
         check_cluster(data["cluster"], where)  # its own messages: sbatch options, stages, time limits
     if isinstance(data.get("plugins"), list):
@@ -435,8 +438,8 @@ def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
         cfg = Config.model_validate(data)
     except ValidationError as err:
         raise ParamsError(_explain(err, data, where)) from None
+    _check_trl_options(cfg.train.trl, where, "train.trl")  # first: the checks below build copies of cfg
     _check_consistent(cfg, where)
-    _check_trl_options(cfg.train.trl, where("train.trl"), "train.trl")
     return cfg
 
 
@@ -518,11 +521,64 @@ DERIVED_GRPO_OPTIONS = {
 }
 
 
-def _check_trl_options(options: dict[str, Any], where: str, key: str) -> None:
-    """``train.trl``: each a GRPOConfig field of the installed TRL, of its type, and not one
-    diffgrpo sets from its own keys (imports TRL only when there are options)."""
+#: why a params file may not publish a run or carry a credential, and what to do instead
+NOT_FROM_PARAMS = ("a params file may not publish a run or carry a credential: the params are copied into every "
+                   "run's params.yaml, manifest and executed notebook, and a study must not contact a service its "
+                   "owner did not name. To share a run, upload its folder yourself (e.g. `hf upload <repo> "
+                   "outputs/<study>/runs/<run>`); keep tokens in the environment (HF_TOKEN) or a login "
+                   "(`hf auth login`), never in params")
+
+
+def publishes(name: str) -> bool:
+    """A TRL option that publishes a run (``push_to_hub``, ``hub_*``, a trackio Space) or
+    authenticates to a service (``*_token``): refused in ``train.trl`` (:data:`NOT_FROM_PARAMS`)."""
+    return (name == "push_to_hub" or name.startswith(("hub_", "push_to_hub_")) or name == "trackio_space_id"
+            or is_secret(name))
+
+
+def is_secret(name: str) -> bool:
+    """A key that holds a credential, in any mapping of a params file."""
+    name = str(name).lower()
+    return (name in ("token", "password", "secret", "api_key", "apikey") or name.endswith(("_token", "_api_key",
+            "_password", "_secret")))
+
+
+def _secrets(node: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of ``node`` (a params mapping, its lists) that hold a credential."""
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            dotted = f"{prefix}.{k}" if prefix else str(k)
+            out += [dotted] if is_secret(k) else _secrets(v, dotted)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _secrets(v, f"{prefix}[{i}]")
+    return out
+
+
+def _finite(value: Any) -> bool:
+    """No inf or NaN anywhere in ``value`` (a number, or lists and mappings of them)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _check_trl_options(options: dict[str, Any], where, key: str) -> None:
+    """``train.trl``: each a GRPOConfig field of the installed TRL, of its type, finite, not one
+    diffgrpo sets from its own keys, and none that publishes a run or carries a credential
+    (imports TRL only when there are options). ``where(dotted key)``: the file that set it."""
     if not options:
         return
+    for name, value in options.items():
+        if publishes(name):
+            raise ParamsError(f"{where(f'{key}.{name}')}: `{key}.{name}` is refused: {NOT_FROM_PARAMS}")
+        if not _finite(value):
+            raise ParamsError(f"{where(f'{key}.{name}')}: `{key}.{name}` = {value!r}: expected a finite number "
+                              "(inf and NaN train nothing and would still be recorded complete)")
     import dataclasses
     import typing
 
@@ -531,18 +587,19 @@ def _check_trl_options(options: dict[str, Any], where: str, key: str) -> None:
 
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     for name, value in options.items():
+        here = where(f"{key}.{name}")
         owner = f"train.{name}" if name in TrainConfig.model_fields else DERIVED_GRPO_OPTIONS.get(name)
         if owner:
-            raise ParamsError(f"{where}: `{key}.{name}` is set by diffgrpo from {owner}; set that instead")
+            raise ParamsError(f"{here}: `{key}.{name}` is set by diffgrpo from {owner}; set that instead")
         if name not in fields:
             hint = closest(name, set(fields))
-            raise ParamsError(f"{where}: `{key}.{name}` is not an option of TRL's GRPOConfig"
+            raise ParamsError(f"{here}: `{key}.{name}` is not an option of TRL's GRPOConfig"
                               + (f" (did you mean `{hint}`?)" if hint else ""))
         try:
             hint_type = typing.get_type_hints(GRPOConfig)[name]
             TypeAdapter(hint_type).validate_python(value, strict=False)
         except ValidationError as err:
-            raise ParamsError(f"{where}: `{key}.{name}` = {value!r}: {err.errors()[0]['msg']}") from None
+            raise ParamsError(f"{here}: `{key}.{name}` = {value!r}: {err.errors()[0]['msg']}") from None
         except Exception:  # a type pydantic cannot check: GRPOConfig's own checks run when a run starts
             pass
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout
+from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.params import cluster
 from diffgrpo.models import resolve as data
 from diffgrpo.study import executors, plan, slurm
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.status:
             splits.task_of(cfg), data.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
             data.check_sources(cfg)  # a dataset file that is a folder or missing: here too
+            trackers.check(cfg)  # a tracker named but not installed or not logged in: here too
         studies.append((cfg, nb_params))
     todo, owner = campaign_jobs(studies, args.stages)
     place = placement(owner)
@@ -356,7 +357,7 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (params.ParamsError, data.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
-            artifacts.FolderBusy, slurm.SlurmError) as err:
+            artifacts.FolderBusy, slurm.SlurmError, trackers.TrackerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

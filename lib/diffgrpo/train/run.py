@@ -16,6 +16,7 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 import time
@@ -34,7 +35,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout
+from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.store.run_folder import RunFolder
 from diffgrpo.models import resolve, devices
 from diffgrpo import params, rewards, select
@@ -192,6 +193,8 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         return None
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
+    trackers.check(cfg)  # the tracker train.report_to names can run here; its records under the outputs root
+    os.environ.update(trackers.environment(cfg))
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
     check_levels_fit(levels, cfg, n_processes)
     task = splits.task_of(cfg)

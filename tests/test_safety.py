@@ -1,0 +1,134 @@
+"""Issue 30's audit, each case as a test (docs/reliability.md lists them): nothing leaves the
+machine that a params file did not name, no secret lands on disk, no number changes without a
+word, and a params file cannot exhaust memory."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from diffgrpo import params, study
+from diffgrpo.params import ParamsError
+from diffgrpo.params.files import MAX_ALIASES, YamlTooLarge
+from diffgrpo.store import layout, trackers
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_TOKEN = "hf_FAKEtokenThatMustNeverReachDisk0123456789"
+
+
+# ---- nothing leaves without being named -----------------------------------------------------
+@pytest.mark.parametrize("key, value", [
+    ("train.trl.push_to_hub", True), ("train.trl.hub_model_id", "attacker/leak"), ("train.trl.hub_token", FAKE_TOKEN),
+    ("train.trl.hub_strategy", "every_save"), ("train.trl.hub_private_repo", False),
+    ("train.trl.trackio_space_id", "attacker/space"),
+])
+def test_an_option_that_publishes_or_authenticates_is_refused_with_what_to_do(key, value):
+    with pytest.raises(ParamsError, match=rf"^overrides: `{key}` is refused: a params file may not publish a run .*"
+                                          r"upload its folder yourself.*HF_TOKEN"):
+        params.load("tiny", overrides={key: value})
+
+
+def test_an_arms_own_publishing_option_is_refused():
+    arm = {"name": "hard", "select": "hard", "train": {"trl": {"push_to_hub": True}}}
+    with pytest.raises(ParamsError, match=r"`train.trl.push_to_hub` is refused"):
+        params.load("tiny", overrides={"arms": [arm]})
+
+
+@pytest.mark.parametrize("key", ["dataset.task_options.token", "model.chat_template_kwargs.api_key",
+                                 "train.trl.wandb_token"])
+def test_a_credential_anywhere_in_params_is_refused(key):
+    with pytest.raises(ParamsError, match=rf"`{key}` is refused"):
+        params.load("tiny", overrides={key: FAKE_TOKEN})
+
+
+def test_the_error_names_the_params_file_that_set_the_trl_option(tmp_path):
+    """Not defaults.yaml (it sets `train.trl: {}`): the file or --set that brought the option."""
+    f = tmp_path / "mine.yaml"
+    f.write_text(f"include: {ROOT / 'params' / 'tiny.yaml'}\ntrain:\n  trl:\n    push_to_hub: true\n")
+    with pytest.raises(ParamsError, match=rf"^{f}: `train.trl.push_to_hub` is refused"):
+        params.load(str(f))
+    f.write_text(f"include: {ROOT / 'params' / 'tiny.yaml'}\ntrain:\n  trl:\n    adam_beta9: 0.9\n")
+    with pytest.raises(ParamsError, match=rf"^{f}: `train.trl.adam_beta9` is not an option"):
+        params.load(str(f))
+
+
+def test_the_cli_refuses_a_publishing_option_before_writing_anything(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    argv = ["tiny", "--set", "train.trl.push_to_hub=true", "--set", "train.trl.hub_model_id=attacker/leak",
+            "--set", f"train.trl.hub_token={FAKE_TOKEN}"]
+    assert study.cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "is refused" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tracker", ["wandb", "mlflow", "trackio"])
+def test_a_tracker_that_cannot_run_is_named_before_any_notebook(tracker, tmp_path, monkeypatch, capsys):
+    """Not installed here (or wandb: not logged in), so refused before the probe and the selection run."""
+    import importlib.util
+
+    if tracker != "wandb" and importlib.util.find_spec(tracker) is not None:
+        pytest.skip(f"{tracker} is installed here")
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "out"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    for var in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    assert study.cli(["smoke", "--set", f"train.report_to={tracker}", "--kernel", "python3"]) == 2
+    err = capsys.readouterr().err
+    assert f"train.report_to = {tracker}" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.ipynb"))
+
+
+def test_tracker_records_stay_under_the_outputs_root(tmp_path, monkeypatch):
+    """mlflow's default store would land in notebooks/ (where the kernels run); wandb's and trackio's in ~."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    for var in ("MLFLOW_TRACKING_URI", "WANDB_DIR", "TRACKIO_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert trackers.environment(params.load("tiny")) == {}  # tensorboard: the run's own folder
+    for name, var in (("mlflow", "MLFLOW_TRACKING_URI"), ("wandb", "WANDB_DIR"), ("trackio", "TRACKIO_DIR")):
+        cfg = params.load("tiny", overrides={"train.report_to": name})
+        value = trackers.environment(cfg)[var]
+        path = Path(value.removeprefix("file://"))
+        assert path == layout.study_dir(cfg) / "trackers" / name and path.is_relative_to(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")  # the user's own choice stays
+    assert trackers.environment(params.load("tiny", overrides={"train.report_to": "mlflow"})) == {}
+
+
+# ---- bounded input ------------------------------------------------------------------------------
+def _alias_bomb(levels: int = 9) -> str:
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for prev, cur in zip("abcdefghij", "bcdefghijk"[:levels - 1]):
+        lines.append(f"{cur}: &{cur} [{', '.join(['*' + prev] * 9)}]")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("under", ["description", "model.chat_template_kwargs"])
+def test_an_alias_bomb_is_refused_before_anything_is_built(under, tmp_path):
+    """0.5 KB that expands to 9**9 values: refused while composing (no value is built, no key hashed)."""
+    head, _, leaf = under.rpartition(".")
+    body = "\n".join("  " * (head.count(".") + 2) + line for line in _alias_bomb().splitlines())
+    nest = (f"{head.split('.')[0]}:\n  {leaf}:\n" if head else f"{leaf}:\n") + body
+    f = tmp_path / "bomb.yaml"
+    f.write_text(f"include: {ROOT / 'params' / 'tiny.yaml'}\n{nest}\n")
+    assert f.stat().st_size < 1024
+    with pytest.raises(ParamsError, match=rf"^{f}: refused before it is read: .*alias bomb"):
+        params.load(str(f))
+
+
+def test_an_alias_bomb_on_the_command_line_is_refused():
+    value = "{" + _alias_bomb().replace("\n", ", ") + "}"
+    with pytest.raises(ParamsError, match=r"--set 'description=.*alias bomb"):
+        params.parse_overrides([f"description={value}"])
+    assert study.cli(["tiny", "--set", f"description={value}", "--plan"]) == 2
+
+
+def test_many_aliases_or_a_self_reference_are_refused_and_a_few_are_read():
+    many = "a: &a 1\nb: [" + ", ".join(["*a"] * (MAX_ALIASES + 1)) + "]"
+    with pytest.raises(YamlTooLarge, match="more than 100 aliases"):
+        params.read_yaml_value(many)
+    with pytest.raises(YamlTooLarge, match="contains it"):
+        params.read_yaml_value("a: &a [1, *a]")
+    assert params.read_yaml_value("a: &a [1, 2]\nb: *a") == {"a": [1, 2], "b": [1, 2]}
