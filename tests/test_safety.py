@@ -132,3 +132,66 @@ def test_many_aliases_or_a_self_reference_are_refused_and_a_few_are_read():
     with pytest.raises(YamlTooLarge, match="contains it"):
         params.read_yaml_value("a: &a [1, *a]")
     assert params.read_yaml_value("a: &a [1, 2]\nb: *a") == {"a": [1, 2], "b": [1, 2]}
+
+
+# ---- no secret reaches disk -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_token_in_the_environment_reaches_no_artifact_of_a_study(tmp_path, monkeypatch):
+    """The smoke study, every stage, with fake credentials where a user keeps them: not one file it
+    writes (manifests, params.yaml, trl_config.json, executed notebooks and their logs,
+    training_args.bin, reports) holds one."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY"):
+        monkeypatch.setenv(var, FAKE_TOKEN)
+    assert study.cli(["smoke", "--set", "arms=[hard]", "--kernel", "python3"]) == 0
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"manifest.json", "params.yaml", "trl_config.json", "training_args.bin", "hard-seed0.ipynb", "summary.json"} <= names
+    leaked = [str(p) for p in files if FAKE_TOKEN.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+# ---- no number changes without a word ------------------------------------------------------------
+def _gsm_file(path: Path, n: int = 24, answer_of=lambda i: i + 1) -> Path:
+    rows = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {answer_of(i)}\n#### {answer_of(i)}"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_dataset_file_edited_in_place_is_probed_trained_and_evaluated_anew(tmp_path, monkeypatch):
+    """gsm8k ids are positional, so an edited answer keeps every id: only the file's digest, in
+    the probe, run and evaluation keys, tells the old rows from the new."""
+    import warnings
+
+    from diffgrpo import evaluate, probe, select, train
+    from diffgrpo.models.resolve import source_fingerprint
+
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "out"))
+    data = _gsm_file(tmp_path / "gsm.jsonl")
+    cfg = params.load("smoke", overrides={"dataset.task": "gsm8k", "dataset.source": str(data), "workers": 1,
+                                          "dataset.train_split": "test", "arms": ["hard"], "train.max_steps": 1})
+    before = source_fingerprint(str(data))
+    probe.run_probe(cfg, progress=False)
+    select.run_select(cfg)
+    run = train.train_run(cfg, "hard", 0, progress=False)
+    evaluate.evaluate_base(cfg, progress=False)
+    old_probe, old_run = layout.probe_dir(cfg), json.loads((run / "manifest.json").read_text())
+    assert old_run["key"]["rows"]["source_sha256"] == before
+
+    mtime = data.stat().st_mtime_ns
+    _gsm_file(data, answer_of=lambda i: i + 2)  # same size, same ids, other answers
+    if data.stat().st_mtime_ns == mtime:  # the digest is cached by (file, size, mtime): an edit moves the mtime
+        os.utime(data, ns=(mtime + 10**9, mtime + 10**9))
+    after = source_fingerprint(str(data))
+    assert after != before and layout.probe_dir(cfg) != old_probe
+    probe.run_probe(cfg, progress=False)
+    assert (layout.probe_dir(cfg) / layout.MANIFEST).exists()
+    select.run_select(cfg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train.train_run(cfg, "hard", 0, progress=False)
+    assert any("trained with other settings" in str(w.message) for w in caught)  # set aside, trained anew
+    assert json.loads((run / "manifest.json").read_text())["key"]["rows"]["source_sha256"] == after
+    evaluate.evaluate_base(cfg, progress=False)
+    base = json.loads((layout.eval_dir(cfg, "base") / layout.MANIFEST).read_text())
+    assert base["key"]["rows"]["source_sha256"] == after

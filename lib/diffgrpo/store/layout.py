@@ -28,7 +28,7 @@ from typing import Any
 
 from diffgrpo.store import artifacts
 from diffgrpo.store.artifacts import outputs_root
-from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint
+from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint, source_fingerprint
 from diffgrpo.tasks.splits import task_of
 from diffgrpo.params import TEST_SET, Config
 
@@ -84,11 +84,13 @@ def model_identity(cfg: Config) -> dict[str, Any]:
 
 def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
     """What decides the rows of the pool (``role`` "pool") or of the held-out set ("test"):
-    the task and its options, the source, both splits and sizes (one split may feed both),
-    and the study seed that cuts them (:func:`diffgrpo.tasks.splits.load_pool`)."""
+    the task and its options, the source (a local file: with the digest of its bytes, so an
+    edited file is other rows), both splits and sizes (one split may feed both), and the study
+    seed that cuts them (:func:`diffgrpo.tasks.splits.load_pool`)."""
     d = cfg.dataset
-    return {"task": task_of(cfg).describe(), "source": d.source, "role": role,
-            "split": d.train_split if role == "pool" else d.test_split,
+    digest = source_fingerprint(d.source)
+    return {"task": task_of(cfg).describe(), "source": d.source, **({"source_sha256": digest} if digest else {}),
+            "role": role, "split": d.train_split if role == "pool" else d.test_split,
             "splits": [d.train_split, d.test_split], "sizes": [d.pool_size, d.test_size], "seed": cfg.seed}
 
 
