@@ -23,7 +23,7 @@ FAKE_TOKEN = "hf_FAKEtokenThatMustNeverReachDisk0123456789"
 @pytest.mark.parametrize("key, value", [
     ("train.trl.push_to_hub", True), ("train.trl.hub_model_id", "attacker/leak"), ("train.trl.hub_token", FAKE_TOKEN),
     ("train.trl.hub_strategy", "every_save"), ("train.trl.hub_private_repo", False),
-    ("train.trl.trackio_space_id", "attacker/space"),
+    ("train.trl.trackio_space_id", "attacker/space"), ("train.trl.log_completions_hub_repo", "attacker/logs"),
 ])
 def test_an_option_that_publishes_or_authenticates_is_refused_with_what_to_do(key, value):
     with pytest.raises(ParamsError, match=rf"^overrides: `{key}` is refused: a params file may not publish a run .*"
@@ -195,3 +195,24 @@ def test_a_dataset_file_edited_in_place_is_probed_trained_and_evaluated_anew(tmp
     evaluate.evaluate_base(cfg, progress=False)
     base = json.loads((layout.eval_dir(cfg, "base") / layout.MANIFEST).read_text())
     assert base["key"]["rows"]["source_sha256"] == after
+
+
+@pytest.mark.parametrize("overrides", [
+    {"train.logging_steps": 5}, {"train.trl.logging_first_step": True}, {"train.trl.log_level": "error"},
+    {"train.trl.logging_nan_inf_filter": False}, {"train.trl.dataloader_pin_memory": False},
+])
+def test_a_key_that_only_changes_logging_leaves_the_run_key(overrides):
+    """Issue 30: train.logging_steps retrained a byte-identical run."""
+    assert layout.run_key(params.load("tiny", overrides=overrides), ["x"]) == layout.run_key(params.load("tiny"), ["x"])
+    assert layout.run_key(params.load("tiny", overrides={"train.trl.adam_epsilon": 1e-6}), ["x"]) != \
+        layout.run_key(params.load("tiny"), ["x"])  # one that changes training stays in
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -float("inf"), [0.9, float("inf")]])
+def test_a_trl_number_that_is_not_finite_is_refused(value):
+    """Issue 30: adam_epsilon=.inf trained nothing and was recorded complete."""
+    with pytest.raises(ParamsError, match=r"^overrides: `train.trl.adam_\w+` = .*expected a finite number"):
+        params.load("tiny", overrides={"train.trl.adam_epsilon" if not isinstance(value, list) else
+                                       "train.trl.adam_beta1": value})
+    with pytest.raises(ParamsError, match=r"expected a finite number"):
+        params.load("tiny", overrides=params.parse_overrides(["train.trl.adam_epsilon=.inf"]))

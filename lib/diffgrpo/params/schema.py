@@ -530,10 +530,9 @@ NOT_FROM_PARAMS = ("a params file may not publish a run or carry a credential: t
 
 
 def publishes(name: str) -> bool:
-    """A TRL option that publishes a run (``push_to_hub``, ``hub_*``, a trackio Space) or
+    """A TRL option that publishes a run (``push_to_hub``, ``hub_*``, ``log_completions_hub_repo``, a trackio Space) or
     authenticates to a service (``*_token``): refused in ``train.trl`` (:data:`NOT_FROM_PARAMS`)."""
-    return (name == "push_to_hub" or name.startswith(("hub_", "push_to_hub_")) or name == "trackio_space_id"
-            or is_secret(name))
+    return "hub" in name.split("_") or name == "trackio_space_id" or is_secret(name)
 
 
 def is_secret(name: str) -> bool:
