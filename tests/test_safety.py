@@ -216,3 +216,60 @@ def test_a_trl_number_that_is_not_finite_is_refused(value):
                                        "train.trl.adam_beta1": value})
     with pytest.raises(ParamsError, match=r"expected a finite number"):
         params.load("tiny", overrides=params.parse_overrides(["train.trl.adam_epsilon=.inf"]))
+
+
+# ---- the smaller cases: a named error before any work ---------------------------------------------
+@pytest.mark.parametrize("key", ["seed", "probe.seed", "select.seed", "evaluate.seed", "analyze.seed"])
+def test_a_seed_numpy_cannot_take_is_refused_at_validation(key):
+    with pytest.raises(ParamsError, match=rf"`{key}` = 4294967296 is out of range"):
+        params.load("tiny", overrides={key: 2**32})
+    with pytest.raises(ParamsError, match=r"`train.seeds\[0\]` = 4294967296 is out of range"):
+        params.load("tiny", overrides={"train.seeds": [2**32]})
+    params.load("tiny", overrides={key: 2**32 - 1})
+
+
+def test_one_probe_sample_with_a_middle_arm_is_refused():
+    with pytest.raises(ParamsError, match=r"`probe.k` = 1: one sample makes every p_hat 0 or 1.*\['middle'\]"):
+        params.load("tiny", overrides={"probe.k": 1})
+
+
+def test_a_dataset_source_that_is_not_a_data_file_is_named_before_any_notebook(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "out"))
+    other = tmp_path / "notes.txt"
+    other.write_text("not rows\n")
+    assert study.cli(["smoke", "--set", "dataset.task=gsm8k", "--set", f"dataset.source={other}",
+                      "--kernel", "python3"]) == 2
+    err = capsys.readouterr().err
+    assert f"dataset.source: {other} is not a data file (.txt)" in err and err.count("\n") == 1
+    assert not any((tmp_path / "out").rglob("*.ipynb"))
+
+
+def test_a_diamond_include_is_layered_once_and_a_cycle_is_still_named(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(f"include: {ROOT / 'params' / 'tiny.yaml'}\n")
+    (tmp_path / "left.yaml").write_text("include: base\ndescription: left\n")
+    (tmp_path / "right.yaml").write_text("include: base\nseed: 3\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("include: [left, right]\n")
+    cfg = params.load(str(top))
+    assert (cfg.description, cfg.seed) == ("left", 3)
+    (tmp_path / "loop.yaml").write_text("include: loop2\n")
+    (tmp_path / "loop2.yaml").write_text("include: loop\n")
+    with pytest.raises(ParamsError, match=r"include cycle"):
+        params.load(str(tmp_path / "loop.yaml"))
+
+
+def test_a_plugin_found_through_the_working_folder_reaches_the_notebooks_by_its_path(tmp_path, monkeypatch):
+    """It validated at the command line, then failed in every notebook (the kernels run in notebooks/)."""
+    from diffgrpo.study.runner import notebook_parameters
+
+    (tmp_path / "here_plugin.py").write_text("X = 1\n")
+    f = tmp_path / "elsewhere" / "study.yaml"
+    f.parent.mkdir()
+    f.write_text(f"include: {ROOT / 'params' / 'tiny.yaml'}\nplugins: [here_plugin.py]\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = params.load(str(f))
+    nb = notebook_parameters(str(f), {}, cfg)
+    assert nb["overrides"]["plugins"] == [str(tmp_path / "here_plugin.py")]
+    monkeypatch.chdir(ROOT / "notebooks")  # where a kernel runs: the notebook's load finds it by that path
+    assert params.load(nb["params_file"], overrides=nb["overrides"]).plugins == [str(tmp_path / "here_plugin.py")]

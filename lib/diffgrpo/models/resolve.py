@@ -121,6 +121,11 @@ def check_sources(cfg: Config) -> None:
         if not path.is_file():
             raise tasks.TaskError(f"{key}: {source!r} is neither 'hub', 'offline' nor an existing file "
                                   f"(looked for {path.absolute()})")
+        from diffgrpo.tasks.base import TABLE_SUFFIXES
+
+        if path.suffix.lower() not in TABLE_SUFFIXES:
+            raise tasks.TaskError(f"{key}: {path.absolute()} is not a data file ({path.suffix or 'no suffix'}); give "
+                                  f"a {', '.join(TABLE_SUFFIXES)} file, or 'hub' / 'offline'")
 
 
 def resolve_paths(cfg: Config, base: Path) -> Config:

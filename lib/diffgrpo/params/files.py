@@ -200,10 +200,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def with_includes(path: Path, seen: set[Path]) -> list[Path]:
-    """``path`` preceded by the files it includes (recursively), each once."""
+    """``path`` preceded by the files it includes (recursively), each once (a file two includes
+    share, a diamond, is layered where it first comes); ``seen``: the files including this one,
+    so that a file that includes itself, directly or not, is a cycle."""
     if path.resolve() in seen:
-        raise ParamsError(f"{path}: include cycle")
-    seen.add(path.resolve())
+        raise ParamsError(f"{path}: include cycle (it includes itself through {', '.join(sorted(p.name for p in seen))})")
+    seen = seen | {path.resolve()}
     includes = read_yaml(path).get("include", [])
     includes = [includes] if isinstance(includes, str) else includes
     if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
@@ -221,7 +223,7 @@ def with_includes(path: Path, seen: set[Path]) -> list[Path]:
                                   f"{', '.join(map(str, dict.fromkeys(looked)))}); fix the name in {path.name} or "
                                   "add the file") from None
         out.extend(with_includes(found, seen))
-    return out + [path]
+    return list({p.resolve(): p for p in out + [path]}.values())  # each file where it first comes
 
 
 def expand(flat: dict[str, Any], where: str) -> dict[str, Any]:

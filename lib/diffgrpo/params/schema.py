@@ -34,6 +34,8 @@ from diffgrpo.registry import PAPERS
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+#: a seed numpy's and torch's generators take (a larger one fails deep inside a stage)
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 NonNeg = Annotated[float, Field(ge=0.0)]
 Frac = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -76,14 +78,14 @@ class ProbeConfig(_Section):
     k: PosInt
     sampling: SamplingConfig
     one_sample: bool
-    seed: NonNegInt
+    seed: Seed
     test: bool
 
 
 class SelectConfig(_Section):
     budget_frac: Frac | None
     budget_count: PosInt | None
-    seed: NonNegInt
+    seed: Seed
     max_tier: int | None
     tier_bins: list[float]
 
@@ -109,7 +111,7 @@ class TrainConfig(_Section):
     """diffgrpo's own training choices and the values the papers fix; ``trl`` passes any other
     of TRL's ``GRPOConfig`` options through, checked against its fields."""
 
-    seeds: list[NonNegInt]
+    seeds: list[Seed]
     max_steps: PosInt | None = Field(description="a run's update steps; null: train.epochs decides them")
     epochs: Annotated[float, Field(gt=0.0)] | None = Field(
         description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step) x "
@@ -172,7 +174,7 @@ class LevelParams(_Section):
 
 class EprliConfig(_Section):
     levels: list[LevelParams]
-    seed: NonNegInt
+    seed: Seed
 
 
 class GenerationBackendConfig(_Section):
@@ -205,7 +207,7 @@ class EvaluateConfig(_Section):
     pass_k: list[int]
     sampling: SamplingConfig
     checkpoints: Literal["all", "final"]
-    seed: NonNegInt
+    seed: Seed
     sets: list[EvalSetConfig]
 
 
@@ -214,7 +216,7 @@ class AnalyzeConfig(_Section):
     reports: list[str]
     compare: list[str]
     bootstrap: Annotated[int, Field(ge=100)]
-    seed: NonNegInt
+    seed: Seed
     test_bins: list[Frac]
 
 
@@ -306,7 +308,7 @@ def bare_arm(name: str) -> dict[str, Any]:
 class Config(_Section):
     study: str
     description: str
-    seed: NonNegInt
+    seed: Seed
     workers: PosInt = Field(description="training / evaluation runs at once, each in its own process")
     gpu: str = Field(description="the GPU a cuda study is planned for (diffgrpo.study.plan.GPUS); --plan checks it fits")
     plugins: list[str] = Field(description="Python files or modules registering policies and rewards")
@@ -663,6 +665,10 @@ def _check_consistent(cfg: Config, where) -> None:
 def _check_arms(cfg: Config, fail) -> None:
     if not cfg.arms:
         fail("arms", "is empty; a study trains at least one arm, e.g. `arms: [hard, easy, middle, random]`")
+    middle = [a.name for a in cfg.arms if a.select == "middle"]
+    if cfg.probe.k < 2 and middle:
+        fail("probe.k", f"= {cfg.probe.k}: one sample makes every p_hat 0 or 1, so arm(s) {middle} (select: middle) "
+                        "would pick among ties what hard picks; set probe.k to 2 or more (the papers use 8 to 16)")
     names = [a.name for a in cfg.arms]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

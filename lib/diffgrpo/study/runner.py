@@ -48,11 +48,14 @@ from diffgrpo.tasks import TaskError
 
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
     """What each stage notebook is given: every path absolute. The kernels run in
-    ``notebooks/``; a path as the user typed it means the folder the command ran in."""
+    ``notebooks/``; a path as the user typed it means the folder the command ran in (a plugin
+    file found there too: its absolute path, as validation recorded it)."""
     resolved = data.resolve_paths(cfg, Path.cwd())
     paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source),
                                ("analyze.compare", list(resolved.analyze.compare)))
              if v != params.get(cfg, k)}
+    if cfg.plugins:
+        paths["plugins"] = list(cfg.plugins)
     return {"params_file": str(params.resolve(params_file).resolve()), "overrides": {**overrides, **paths}}
 
 
