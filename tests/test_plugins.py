@@ -140,3 +140,34 @@ def test_one_registry_mechanism_loads_a_builtin_from_its_module_on_first_use():
     assert executors.EXECUTORS.names() == ["local", "slurm"]
     assert executors.EXECUTORS.get("slurm").__module__ == "diffgrpo.study.slurm"  # imported when asked for
     assert "gsm8k" in tasks.TASKS.names()
+
+
+def test_an_edited_helper_beside_a_reward_plugin_retrains_the_run(tmp_path, monkeypatch):
+    """Issue 30: the reward's function is unchanged, the helper it imports from beside it is
+    edited; the run key follows the helper (the plugin's whole file and its local imports), so
+    the run is trained anew rather than reused."""
+    folder = tmp_path / "plugin"
+    folder.mkdir()
+    (folder / "bonus_helper.py").write_text("def bonus(text):\n    return 0.1 * ('answer' in text)\n")
+    (folder / "bonus_reward.py").write_text(
+        "from diffgrpo import rewards\nfrom bonus_helper import bonus\n\n\n"
+        "@rewards.register('with_bonus')\n"
+        "def with_bonus(prompts, completions, completion_ids=None, *, scores, **kwargs):\n"
+        "    return [s + bonus(rewards.text(c)) for c, s in zip(completions, scores)]\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "out"))
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump({"include": "tiny", "study": "helper_study", "plugins": [str(folder / "bonus_reward.py")],
+                                 "arms": [{"name": "bonus", "select": "hard", "reward": "with_bonus"}],
+                                 "train": {"max_steps": 1, "save_steps": 1}}))
+    cfg = params.load(f)
+    probe.run_probe(cfg, progress=False)
+    select.run_select(cfg)
+    run = train.train_run(cfg, "bonus", 0, progress=False)
+    first = artifacts.read_json(run / layout.MANIFEST)
+    (folder / "bonus_helper.py").write_text("def bonus(text):\n    return 0.5 * ('answer' in text)\n")
+    with pytest.warns(UserWarning, match="trained with other settings"):
+        train.train_run(cfg, "bonus", 0, progress=False)
+    second = artifacts.read_json(run / layout.MANIFEST)
+    assert second["key"]["reward"]["source_sha256"] != first["key"]["reward"]["source_sha256"]
+    assert second["status"] == "complete" and second["resumed_from"] == []

@@ -22,6 +22,7 @@ from diffgrpo.store import artifacts, layout
 from diffgrpo.models import resolve as data, devices
 from diffgrpo import params, rewards, tasks, train
 from diffgrpo.tasks.shuffled_objects import ShuffledObjects
+from diffgrpo.train.config import ScheduleChanged, schedule_depends_on_length
 
 from conftest import tensorboard_scalars
 
@@ -257,7 +258,8 @@ def test_tensorboard_curves_are_written_in_the_run_folder_and_kept_out_of_its_ke
 
 @pytest.mark.e2e
 def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):
-    cfg = make_cfg(max_steps=2)
+    """With a constant schedule (no warmup) the steps already trained are those of a longer run."""
+    cfg = make_cfg(max_steps=2, lr_scheduler="constant", warmup_ratio=0.0)
     train.train_run(cfg, "hard", seed=0, progress=False)
     run = train.train_run(cfg.replace(**{"train.max_steps": 4}), "hard", seed=0, progress=False)
     groups = pd.read_parquet(run / "groups.parquet")
@@ -265,6 +267,31 @@ def test_extending_a_finished_run_continues_from_its_last_step(make_cfg):
     assert list(pd.read_parquet(run / "steps.parquet")["step"]) == [1, 2, 3, 4]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["resumed_from"] == [2] and manifest["steps_done"] == 4
+
+
+@pytest.mark.e2e
+def test_extending_a_cosine_run_is_refused_naming_the_keys(make_cfg):
+    """Issue 30: cosine, 2 steps then 4 would give lr 1e-4, 5e-5, 0, 1.5e-5 (a fresh 4-step run:
+    1e-4, 8.5e-5, 5e-5, 1.5e-5). Refused before anything is written; the finished run is kept."""
+    cfg = make_cfg(max_steps=2, lr_scheduler="cosine", warmup_ratio=0.0, learning_rate=1e-4)
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(ScheduleChanged, match=r"planned at 2 steps \(2 done\) with train.lr_scheduler = cosine.*"
+                                              r"to 4 steps \(train.max_steps or train.epochs\).*train.max_steps back to 2"):
+        train.train_run(cfg.replace(**{"train.max_steps": 4}), "hard", seed=0, progress=False)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    lrs = pd.read_parquet(run / "steps.parquet")["learning_rate"].tolist()
+    assert lrs == pytest.approx([1e-4, 5e-5])  # the 2-step cosine run as it was
+
+
+@pytest.mark.parametrize("scheduler, ratio, planned, steps, changes", [
+    ("constant", 0.5, 2, 8, False), ("constant_with_warmup", 0.0, 2, 8, False),
+    ("constant_with_warmup", 0.25, 4, 8, True), ("constant_with_warmup", 0.25, 3, 4, False),
+    ("cosine", 0.0, 2, 4, True), ("linear", 0.0, 2, 4, True), ("cosine", 0.0, 4, 4, False),
+])
+def test_which_schedules_a_longer_run_keeps(scheduler, ratio, planned, steps, changes):
+    t = params.load(overrides={"train.lr_scheduler": scheduler, "train.warmup_ratio": ratio}).train
+    assert schedule_depends_on_length(t, planned, steps) is changes
 
 
 @pytest.mark.e2e

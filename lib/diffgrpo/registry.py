@@ -15,9 +15,13 @@ and stay plain dicts.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -32,6 +36,42 @@ def source(fn: Any) -> str:
         return inspect.getsource(fn)
     except (OSError, TypeError):
         return f"{fn.__module__}.{getattr(fn, '__qualname__', fn.__name__)}"
+
+
+def code_digest(fn: Any) -> str:
+    """sha256 of the code that decides ``fn``: for a plugin, its whole file and every file beside
+    it that the file imports (recursively), so an edited helper is other code; for diffgrpo's own
+    code, the function's source (an unrelated edit of its module moves no key)."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    file = getattr(module, "__file__", None)
+    h = hashlib.sha256()
+    if file is None or module.__name__.split(".")[0] == "diffgrpo":
+        h.update(source(fn).encode())
+        return h.hexdigest()[:16]
+    for path in sorted(_files_it_imports(Path(file).resolve(), set())):
+        h.update(f"{path.name}\n".encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _files_it_imports(path: Path, seen: set[Path]) -> set[Path]:
+    """``path`` and the ``.py`` files of its folder that it imports (``import helper``, ``from
+    helper import x``, ``from pkg.mod import x`` with ``pkg/`` beside it), and theirs."""
+    if path in seen or not path.is_file():
+        return seen
+    seen.add(path)
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (SyntaxError, UnicodeDecodeError):
+        return seen
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            base = path.parent.joinpath(*parts[:i])
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                _files_it_imports(candidate.resolve(), seen)
+    return seen
 
 
 class Registry(Generic[T]):

@@ -21,13 +21,13 @@ a plugin file (params ``plugins:``, docs/extending.md)::
         return [1.0 if s else 0.2 * ("answer" in rewards.text(c).lower()) for c, s in zip(completions, scores)]
 
 A reward that is not the verifier's enters each run's key by its name and a digest of its
-source (or what its ``key`` returns), so a run trained on another reward, or on an edited one,
-is never taken for this one.
+code (a plugin's: its whole file and the files beside it that it imports,
+:func:`diffgrpo.registry.code_digest`; or what its ``key`` returns), so a run trained on another
+reward, or on an edited one or one whose helper was edited, is never taken for this one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diffgrpo.registry import Registry, source
+from diffgrpo.registry import Registry, code_digest
 
 #: the reward of every arm that names none: the task verifier's score
 VERIFIER = "verifier"
@@ -64,8 +64,7 @@ class Reward:
             return None  # the verifier adds nothing: 003's runs keep their keys
         if self.key:
             return self.key(rows, seed)
-        code = source(self.fn)  # the function's code, wherever its file lies
-        return {"kind": self.name, "source_sha256": hashlib.sha256(code.encode()).hexdigest()[:16]}
+        return {"kind": self.name, "source_sha256": code_digest(self.fn)}  # a plugin's whole file and helpers
 
 
 _REWARDS: Registry[Reward] = Registry("reward", KeyError)

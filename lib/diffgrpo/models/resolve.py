@@ -79,13 +79,40 @@ def check_model_path(path: str, gguf_file: str | None = None) -> None:
                          f"one of {list(NAMED_MODELS)}")
 
 
+#: ``dataset.source`` values that are words a task reads, not paths
+SOURCE_WORDS = (None, "hub", "offline", "generated")
+_SOURCE_DIGESTS: dict[tuple[str, int, int], str] = {}  # (file, size, mtime) -> digest, once per process
+
+
+def source_fingerprint(source: str | None) -> str | None:
+    """A digest of the local data file ``source`` names (None for a word, :data:`SOURCE_WORDS`,
+    or a path that is no file), so a probe, run or evaluation is never reused after the file was
+    edited in place; computed once per (file, size, mtime) in a process."""
+    if source in SOURCE_WORDS:
+        return None
+    path = Path(source).expanduser()
+    if not path.is_file():
+        return None
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SOURCE_DIGESTS:
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _SOURCE_DIGESTS[key] = h.hexdigest()[:16]
+    return _SOURCE_DIGESTS[key]
+
+
 def check_sources(cfg: Config) -> None:
     """Fail now, naming the key, when ``dataset.source`` or an evaluation set's ``source`` is
     a path that is not a file (a folder, or nothing), rather than when a stage reads it."""
     entries = [("dataset.source", cfg.dataset.source)] + [
         (f"evaluate.sets[{i}].source ({s.name})", s.source) for i, s in enumerate(cfg.evaluate.sets)]
     for key, source in entries:
-        if source in (None, "hub", "offline", "generated"):  # words a task reads, not paths
+        if source in SOURCE_WORDS:  # words a task reads, not paths
             continue
         path = Path(source).expanduser()
         if path.is_dir():
@@ -94,6 +121,11 @@ def check_sources(cfg: Config) -> None:
         if not path.is_file():
             raise tasks.TaskError(f"{key}: {source!r} is neither 'hub', 'offline' nor an existing file "
                                   f"(looked for {path.absolute()})")
+        from diffgrpo.tasks.base import TABLE_SUFFIXES
+
+        if path.suffix.lower() not in TABLE_SUFFIXES:
+            raise tasks.TaskError(f"{key}: {path.absolute()} is not a data file ({path.suffix or 'no suffix'}); give "
+                                  f"a {', '.join(TABLE_SUFFIXES)} file, or 'hub' / 'offline'")
 
 
 def resolve_paths(cfg: Config, base: Path) -> Config:
@@ -103,7 +135,7 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
     ``notebooks/``, so a relative path handed on as typed would point elsewhere there."""
     changes = {}
     for key, value, words in (("model.path", cfg.model.path, NAMED_MODELS),
-                              ("dataset.source", cfg.dataset.source, (None, "hub", "offline"))):
+                              ("dataset.source", cfg.dataset.source, SOURCE_WORDS)):
         if value in words:
             continue
         path = base / Path(value).expanduser()  # an absolute or ~ path stays what it is

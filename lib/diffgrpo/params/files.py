@@ -97,9 +97,59 @@ def load_plugin(entry: str, named_in: str) -> str:
     return entry
 
 
+#: the most aliases (``*name``) one YAML document may use, and the most values it may expand to:
+#: an alias bomb (aliases of aliases, 0.5 KB) would otherwise expand to billions of values when
+#: the params are merged, validated or hashed into a key
+MAX_ALIASES, MAX_VALUES = 100, 100_000
+
+
+class YamlTooLarge(yaml.YAMLError):
+    """A YAML document whose aliases exceed :data:`MAX_ALIASES` or expand beyond :data:`MAX_VALUES`."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
-    silently), and reading 3e-5 as a float (YAML 1.1 makes it a string)."""
+    silently), reading 3e-5 as a float (YAML 1.1 makes it a string), and bounded: aliases are
+    counted while the document is composed and its expanded size measured before any value is
+    built (:data:`MAX_ALIASES`, :data:`MAX_VALUES`)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases = getattr(self, "aliases", 0) + 1
+            if self.aliases > MAX_ALIASES:
+                raise YamlTooLarge(f"more than {MAX_ALIASES} aliases (`*name`) in one document, near "
+                                   f"{_at(self.peek_event().start_mark)}; write the values out")
+        return super().compose_node(parent, index)
+
+    def compose_document(self):
+        node = super().compose_document()
+        _expanded_size(node, {}, set())
+        return node
+
+
+def _at(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """The values ``node`` stands for with every alias expanded (a shared node counted once per
+    use, measured once); beyond :data:`MAX_VALUES`, or a node inside itself, is refused."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_:
+        raise YamlTooLarge(f"an alias refers to a value that contains it, near {_at(node.start_mark)}")
+    open_.add(id(node))
+    n = 1
+    if isinstance(node, yaml.SequenceNode):
+        n += sum(_expanded_size(child, sizes, open_) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        n += sum(_expanded_size(k, sizes, open_) + _expanded_size(v, sizes, open_) for k, v in node.value)
+    if n > MAX_VALUES:
+        raise YamlTooLarge(f"its aliases expand it to more than {MAX_VALUES} values (an alias bomb), near "
+                           f"{_at(node.start_mark)}; write the values out")
+    open_.discard(id(node))
+    sizes[id(node)] = n
+    return n
 
 
 def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -140,6 +190,8 @@ def parse_overrides(pairs: list[str]) -> dict:
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.load(path.read_text(), Loader=_StrictLoader) or {}
+    except YamlTooLarge as e:
+        raise ParamsError(f"{path}: refused before it is read: {e}") from None
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -148,10 +200,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def with_includes(path: Path, seen: set[Path]) -> list[Path]:
-    """``path`` preceded by the files it includes (recursively), each once."""
+    """``path`` preceded by the files it includes (recursively), each once (a file two includes
+    share, a diamond, is layered where it first comes); ``seen``: the files including this one,
+    so that a file that includes itself, directly or not, is a cycle."""
     if path.resolve() in seen:
-        raise ParamsError(f"{path}: include cycle")
-    seen.add(path.resolve())
+        raise ParamsError(f"{path}: include cycle (it includes itself through {', '.join(sorted(p.name for p in seen))})")
+    seen = seen | {path.resolve()}
     includes = read_yaml(path).get("include", [])
     includes = [includes] if isinstance(includes, str) else includes
     if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
@@ -169,7 +223,7 @@ def with_includes(path: Path, seen: set[Path]) -> list[Path]:
                                   f"{', '.join(map(str, dict.fromkeys(looked)))}); fix the name in {path.name} or "
                                   "add the file") from None
         out.extend(with_includes(found, seen))
-    return out + [path]
+    return list({p.resolve(): p for p in out + [path]}.values())  # each file where it first comes
 
 
 def expand(flat: dict[str, Any], where: str) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from diffgrpo.registry import PAPERS
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+#: a seed numpy's and torch's generators take (a larger one fails deep inside a stage)
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 NonNeg = Annotated[float, Field(ge=0.0)]
 Frac = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -76,14 +78,14 @@ class ProbeConfig(_Section):
     k: PosInt
     sampling: SamplingConfig
     one_sample: bool
-    seed: NonNegInt
+    seed: Seed
     test: bool
 
 
 class SelectConfig(_Section):
     budget_frac: Frac | None
     budget_count: PosInt | None
-    seed: NonNegInt
+    seed: Seed
     max_tier: int | None
     tier_bins: list[float]
 
@@ -109,7 +111,7 @@ class TrainConfig(_Section):
     """diffgrpo's own training choices and the values the papers fix; ``trl`` passes any other
     of TRL's ``GRPOConfig`` options through, checked against its fields."""
 
-    seeds: list[NonNegInt]
+    seeds: list[Seed]
     max_steps: PosInt | None = Field(description="a run's update steps; null: train.epochs decides them")
     epochs: Annotated[float, Field(gt=0.0)] | None = Field(
         description="passes over the arm's own selection: steps = ceil(epochs x ceil(selected / prompts_per_step) x "
@@ -172,7 +174,7 @@ class LevelParams(_Section):
 
 class EprliConfig(_Section):
     levels: list[LevelParams]
-    seed: NonNegInt
+    seed: Seed
 
 
 class GenerationBackendConfig(_Section):
@@ -205,7 +207,7 @@ class EvaluateConfig(_Section):
     pass_k: list[int]
     sampling: SamplingConfig
     checkpoints: Literal["all", "final"]
-    seed: NonNegInt
+    seed: Seed
     sets: list[EvalSetConfig]
 
 
@@ -214,7 +216,7 @@ class AnalyzeConfig(_Section):
     reports: list[str]
     compare: list[str]
     bootstrap: Annotated[int, Field(ge=100)]
-    seed: NonNegInt
+    seed: Seed
     test_bins: list[Frac]
     match_margin: Annotated[float, Field(gt=0)]
 
@@ -307,7 +309,7 @@ def bare_arm(name: str) -> dict[str, Any]:
 class Config(_Section):
     study: str
     description: str
-    seed: NonNegInt
+    seed: Seed
     workers: PosInt = Field(description="training / evaluation runs at once, each in its own process")
     gpu: str = Field(description="the GPU a cuda study is planned for (diffgrpo.study.plan.GPUS); --plan checks it fits")
     plugins: list[str] = Field(description="Python files or modules registering policies and rewards")
@@ -428,6 +430,9 @@ def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
             key = key.split("[")[0] if "[" in key else key.rpartition(".")[0]
         return origin.get(key, "params")
 
+    secrets = _secrets(data)
+    if secrets:
+        raise ParamsError(f"{where(secrets[0])}: `{secrets[0]}` is refused: {NOT_FROM_PARAMS}")
     if isinstance(data.get("cluster"), dict):
         check_cluster(data["cluster"], where)  # its own messages: sbatch options, stages, time limits
     if isinstance(data.get("plugins"), list):
@@ -436,8 +441,8 @@ def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
         cfg = Config.model_validate(data)
     except ValidationError as err:
         raise ParamsError(_explain(err, data, where)) from None
+    _check_trl_options(cfg.train.trl, where, "train.trl")  # first: the checks below build copies of cfg
     _check_consistent(cfg, where)
-    _check_trl_options(cfg.train.trl, where("train.trl"), "train.trl")
     return cfg
 
 
@@ -519,11 +524,63 @@ DERIVED_GRPO_OPTIONS = {
 }
 
 
-def _check_trl_options(options: dict[str, Any], where: str, key: str) -> None:
-    """``train.trl``: each a GRPOConfig field of the installed TRL, of its type, and not one
-    diffgrpo sets from its own keys (imports TRL only when there are options)."""
+#: why a params file may not publish a run or carry a credential, and what to do instead
+NOT_FROM_PARAMS = ("a params file may not publish a run or carry a credential: the params are copied into every "
+                   "run's params.yaml, manifest and executed notebook, and a study must not contact a service its "
+                   "owner did not name. To share a run, upload its folder yourself (e.g. `hf upload <repo> "
+                   "outputs/<study>/runs/<run>`); keep tokens in the environment (HF_TOKEN) or a login "
+                   "(`hf auth login`), never in params")
+
+
+def publishes(name: str) -> bool:
+    """A TRL option that publishes a run (``push_to_hub``, ``hub_*``, ``log_completions_hub_repo``, a trackio Space) or
+    authenticates to a service (``*_token``): refused in ``train.trl`` (:data:`NOT_FROM_PARAMS`)."""
+    return "hub" in name.split("_") or name == "trackio_space_id" or is_secret(name)
+
+
+def is_secret(name: str) -> bool:
+    """A key that holds a credential, in any mapping of a params file."""
+    name = str(name).lower()
+    return (name in ("token", "password", "secret", "api_key", "apikey") or name.endswith(("_token", "_api_key",
+            "_password", "_secret")))
+
+
+def _secrets(node: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of ``node`` (a params mapping, its lists) that hold a credential."""
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            dotted = f"{prefix}.{k}" if prefix else str(k)
+            out += [dotted] if is_secret(k) else _secrets(v, dotted)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _secrets(v, f"{prefix}[{i}]")
+    return out
+
+
+def _finite(value: Any) -> bool:
+    """No inf or NaN anywhere in ``value`` (a number, or lists and mappings of them)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _check_trl_options(options: dict[str, Any], where, key: str) -> None:
+    """``train.trl``: each a GRPOConfig field of the installed TRL, of its type, finite, not one
+    diffgrpo sets from its own keys, and none that publishes a run or carries a credential
+    (imports TRL only when there are options). ``where(dotted key)``: the file that set it."""
     if not options:
         return
+    for name, value in options.items():
+        if publishes(name):
+            raise ParamsError(f"{where(f'{key}.{name}')}: `{key}.{name}` is refused: {NOT_FROM_PARAMS}")
+        if not _finite(value):
+            raise ParamsError(f"{where(f'{key}.{name}')}: `{key}.{name}` = {value!r}: expected a finite number "
+                              "(inf and NaN train nothing and would still be recorded complete)")
     import dataclasses
     import typing
 
@@ -532,18 +589,19 @@ def _check_trl_options(options: dict[str, Any], where: str, key: str) -> None:
 
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     for name, value in options.items():
+        here = where(f"{key}.{name}")
         owner = f"train.{name}" if name in TrainConfig.model_fields else DERIVED_GRPO_OPTIONS.get(name)
         if owner:
-            raise ParamsError(f"{where}: `{key}.{name}` is set by diffgrpo from {owner}; set that instead")
+            raise ParamsError(f"{here}: `{key}.{name}` is set by diffgrpo from {owner}; set that instead")
         if name not in fields:
             hint = closest(name, set(fields))
-            raise ParamsError(f"{where}: `{key}.{name}` is not an option of TRL's GRPOConfig"
+            raise ParamsError(f"{here}: `{key}.{name}` is not an option of TRL's GRPOConfig"
                               + (f" (did you mean `{hint}`?)" if hint else ""))
         try:
             hint_type = typing.get_type_hints(GRPOConfig)[name]
             TypeAdapter(hint_type).validate_python(value, strict=False)
         except ValidationError as err:
-            raise ParamsError(f"{where}: `{key}.{name}` = {value!r}: {err.errors()[0]['msg']}") from None
+            raise ParamsError(f"{here}: `{key}.{name}` = {value!r}: {err.errors()[0]['msg']}") from None
         except Exception:  # a type pydantic cannot check: GRPOConfig's own checks run when a run starts
             pass
 
@@ -608,6 +666,10 @@ def _check_consistent(cfg: Config, where) -> None:
 def _check_arms(cfg: Config, fail) -> None:
     if not cfg.arms:
         fail("arms", "is empty; a study trains at least one arm, e.g. `arms: [hard, easy, middle, random]`")
+    middle = [a.name for a in cfg.arms if a.select == "middle"]
+    if cfg.probe.k < 2 and middle:
+        fail("probe.k", f"= {cfg.probe.k}: one sample makes every p_hat 0 or 1, so arm(s) {middle} (select: middle) "
+                        "would pick among ties what hard picks; set probe.k to 2 or more (the papers use 8 to 16)")
     names = [a.name for a in cfg.arms]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

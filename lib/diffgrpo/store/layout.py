@@ -28,7 +28,7 @@ from typing import Any
 
 from diffgrpo.store import artifacts
 from diffgrpo.store.artifacts import outputs_root
-from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint
+from diffgrpo.models.resolve import files_fingerprint, generation_key, model_fingerprint, source_fingerprint
 from diffgrpo.tasks.splits import task_of
 from diffgrpo.params import TEST_SET, Config
 
@@ -84,11 +84,13 @@ def model_identity(cfg: Config) -> dict[str, Any]:
 
 def rows_identity(cfg: Config, role: str) -> dict[str, Any]:
     """What decides the rows of the pool (``role`` "pool") or of the held-out set ("test"):
-    the task and its options, the source, both splits and sizes (one split may feed both),
-    and the study seed that cuts them (:func:`diffgrpo.tasks.splits.load_pool`)."""
+    the task and its options, the source (a local file: with the digest of its bytes, so an
+    edited file is other rows), both splits and sizes (one split may feed both), and the study
+    seed that cuts them (:func:`diffgrpo.tasks.splits.load_pool`)."""
     d = cfg.dataset
-    return {"task": task_of(cfg).describe(), "source": d.source, "role": role,
-            "split": d.train_split if role == "pool" else d.test_split,
+    digest = source_fingerprint(d.source)
+    return {"task": task_of(cfg).describe(), "source": d.source, **({"source_sha256": digest} if digest else {}),
+            "role": role, "split": d.train_split if role == "pool" else d.test_split,
             "splits": [d.train_split, d.test_split], "sizes": [d.pool_size, d.test_size], "seed": cfg.seed}
 
 
@@ -106,18 +108,21 @@ def probe_key(cfg: Config, role: str = "pool") -> dict[str, Any]:
     })
 
 
-#: train.* keys out of a run's key: how far it goes (max_steps or epochs: a finished run may be extended), the seeds
-#: (each run has its own) and where its metrics are also sent; every other key decides the result
-NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to")
+#: train.* keys out of a run's key: how far it goes (max_steps or epochs: a finished run may be extended where its
+#: schedule allows, diffgrpo.train.config.check_extension), the seeds (each run has its own), where and how often its
+#: metrics are logged; every other key decides the result
+NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to", "logging_steps")
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
         "max_completions": lambda v: v is None, "num_processes": lambda v: v == 1}
 #: TRL options (``train.trl``) that change where a run logs, not what it learns; every other
 #: one enters the key, beside the train.* keys
-TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "trackio_space_id", "disable_tqdm",
+TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "disable_tqdm",
                       "log_completions", "num_completions_to_print", "vllm_enable_sleep_mode", "vllm_max_model_length",
-                      "dataloader_num_workers")
+                      "dataloader_num_workers", "logging_strategy", "logging_first_step", "log_on_each_node",
+                      "logging_nan_inf_filter", "log_level", "log_level_replica", "log_unique_prompts", "log_multimodal",
+                      "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor")
 
 
 def run_key(cfg: Config, selection_ids: list[str], reward: dict[str, Any] | None = None,

@@ -241,13 +241,15 @@ def _reap(proc: subprocess.Popen) -> float | None:
 
 
 def _error_of(job: NotebookJob) -> str:
-    """The error the job printed last (``error: <stage>: ...``, see :func:`notebooks.main`)."""
+    """The error the job printed last (a line that starts ``error: <stage>: ...``, see
+    :func:`notebooks.main`), whole: an ``error: `` inside the message (a quoted log) is part of it."""
     text = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
-    i = text.rfind("error: ")
-    if i < 0:
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = text.splitlines()
+    starts = [n for n, ln in enumerate(lines) if ln.startswith("error: ")]
+    if not starts:
+        lines = [ln for ln in lines if ln.strip()]
         return lines[-1].strip() if lines else "failed with no output"
-    why = text[i + len("error: "):].strip()
+    why = "\n".join(lines[starts[-1]:]).removeprefix("error: ").strip()
     return why[len(job.stage) + 2:] if why.startswith(f"{job.stage}: ") else why
 
 

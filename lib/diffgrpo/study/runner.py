@@ -33,7 +33,7 @@ from pathlib import Path
 
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout
+from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.params import cluster
 from diffgrpo.models import resolve
 from diffgrpo.study import executors, plan, slurm
@@ -46,11 +46,14 @@ from diffgrpo.tasks import TaskError
 
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
     """What each stage notebook is given: every path absolute. The kernels run in
-    ``notebooks/``; a path as the user typed it means the folder the command ran in."""
+    ``notebooks/``; a path as the user typed it means the folder the command ran in (a plugin
+    file found there too: its absolute path, as validation recorded it)."""
     resolved = resolve.resolve_paths(cfg, Path.cwd())
     paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source),
                                ("analyze.compare", list(resolved.analyze.compare)))
              if v != params.get(cfg, k)}
+    if cfg.plugins:
+        paths["plugins"] = list(cfg.plugins)
     return {"params_file": str(params.resolve(params_file).resolve()), "overrides": {**overrides, **paths}}
 
 
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.status:
             splits.task_of(cfg), resolve.check_model(cfg)  # an unknown task or a missing model fails here, not in a notebook
             resolve.check_sources(cfg)  # a dataset file that is a folder or missing: here too
+            trackers.check(cfg)  # a tracker named but not installed or not logged in: here too
         studies.append((cfg, nb_params))
     todo, owner = campaign_jobs(studies, args.stages)
     place = placement(owner)
@@ -271,7 +275,7 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (params.ParamsError, resolve.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
-            artifacts.FolderBusy, slurm.SlurmError) as err:
+            artifacts.FolderBusy, slurm.SlurmError, trackers.TrackerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

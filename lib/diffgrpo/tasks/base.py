@@ -166,12 +166,16 @@ def load_hub(repo: str, config: str | None, split: str) -> pd.DataFrame:
     return datasets.load_dataset(repo, config, split=split).to_pandas()
 
 
+#: the file types a local ``dataset.source`` may be
+TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """Rows of a local .jsonl, .json, .parquet or .csv file, values as written: no dtype
     guessing, so an answer "033" stays the string "033"."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".json", ".parquet", ".csv"):
+    if suffix not in TABLE_SUFFIXES:
         raise TaskError(f"{path}: unknown file type {suffix!r}; use .jsonl, .json, .parquet or .csv")
     try:
         if suffix == ".jsonl":

@@ -39,6 +39,45 @@ def checkpointing_argument() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
+class ScheduleChanged(ValueError):
+    """A run taken to another length whose learning-rate schedule depends on its length."""
+
+
+def warmup_steps(t, steps: int) -> int:
+    """The warmup of a run of ``steps`` steps (transformers 5 has no ``warmup_ratio``)."""
+    return math.ceil(t.warmup_ratio * steps)
+
+
+def schedule_depends_on_length(t, planned: int, steps: int) -> bool:
+    """Whether the learning rate of a step already trained in a run planned at ``planned``
+    steps would differ in a run of ``steps`` steps (``t``: the run's ``train``): cosine and
+    linear decay over the whole length; ``constant`` never; ``constant_with_warmup`` when the
+    warmup moves. TRL rebuilds the schedule from the new length on resume, so such an
+    extension would train neither the old run nor a fresh one (issue 30)."""
+    if planned == steps or t.lr_scheduler == "constant":
+        return False
+    if t.lr_scheduler == "constant_with_warmup":
+        return warmup_steps(t, planned) != warmup_steps(t, steps)
+    return True
+
+
+def check_extension(t, folder: Path, manifest: dict | None, steps: int) -> None:
+    """Refuse, naming the keys, to take a run (finished or interrupted) that was planned at
+    another length to ``steps`` when its schedule depends on the length. The run key leaves the
+    length out so that a run may be extended; this keeps that safe without changing any key."""
+    if not manifest or not manifest.get("steps_done"):
+        return
+    planned = manifest.get("max_steps")
+    if planned is None or not schedule_depends_on_length(t, planned, steps):
+        return
+    raise ScheduleChanged(
+        f"{folder}: the run was planned at {planned} steps ({manifest['steps_done']} done) with train.lr_scheduler = "
+        f"{t.lr_scheduler} (warmup_ratio {t.warmup_ratio:g}); taking it to {steps} steps (train.max_steps or "
+        "train.epochs) would change the learning rate of the steps already trained, so it would be neither run. "
+        f"Set train.max_steps back to {planned} (or the train.epochs that gives it); or train runs meant to be "
+        f"extended with `train.lr_scheduler: constant`; or move {folder.name} aside to train it anew at {steps} steps")
+
+
 def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
                 level: Level | None = None) -> dict[str, Any]:
     """Every GRPOConfig argument we set: all of ``cfg.train`` plus the fixed choices above;
@@ -78,7 +117,7 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
         optim="adamw_torch",
         learning_rate=t.learning_rate,
         lr_scheduler_type=t.lr_scheduler,
-        warmup_steps=math.ceil(t.warmup_ratio * lv.steps),
+        warmup_steps=warmup_steps(t, lv.steps),
         weight_decay=t.weight_decay,
         max_grad_norm=t.max_grad_norm,
         # sampling

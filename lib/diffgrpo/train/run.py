@@ -16,6 +16,7 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 import time
@@ -34,7 +35,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig
 
 from diffgrpo.tasks import splits
-from diffgrpo.store import artifacts, layout
+from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.store.run_folder import RunFolder
 from diffgrpo.models import resolve, devices
 from diffgrpo import params, rewards, select
@@ -42,7 +43,7 @@ from diffgrpo.train import levels as eprli
 from diffgrpo.models.generation import check_fit, context_length, encode_prompt
 from diffgrpo.models.loading import quiet_renamed_arguments
 from diffgrpo.params import Config
-from diffgrpo.train.config import grpo_kwargs, lora_config
+from diffgrpo.train.config import check_extension, grpo_kwargs, lora_config
 from diffgrpo.train.records import Progress, Recorder, Tidy
 from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
@@ -190,8 +191,12 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
     if done:
         return None
+    if levels[0].name is None:  # an EPRLI run's level steps are in its key
+        check_extension(cfg.train, run_dir, manifest, max_steps)
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
+    trackers.check(cfg)  # the tracker train.report_to names can run here; its records under the outputs root
+    os.environ.update(trackers.environment(cfg))
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
     check_levels_fit(levels, cfg, n_processes)
     task = splits.task_of(cfg)
