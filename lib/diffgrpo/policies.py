@@ -49,6 +49,7 @@ class Policy:
     budgeted: bool  # takes a size n (budget_frac / budget_count); else defined by a set
     per_seed: bool  # draws its own subset for every training seed
     origin: str  # where it was registered (a module or plugin file)
+    reads_probe: bool = True  # its choice depends on the probe (p_hat, base_correct): the probe is charged to it
 
     def accepts(self, option: str) -> bool:
         sig = inspect.signature(self.fn).parameters
@@ -58,11 +59,13 @@ class Policy:
 _POLICIES: Registry[Policy] = Registry("selection policy", SelectionError)
 
 
-def register(name: str, *, budgeted: bool = False, per_seed: bool = False):
-    """Decorator: register ``fn`` as selection policy ``name``."""
+def register(name: str, *, budgeted: bool = False, per_seed: bool = False, reads_probe: bool = True):
+    """Decorator: register ``fn`` as selection policy ``name``. ``reads_probe=False``: its choice
+    does not depend on the probe (``random``, ``all``), so a run's compute ledger does not charge
+    the probe's completions to it (diffgrpo.train.ledger)."""
 
     def deco(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
-        _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?")), fn)
+        _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?"), reads_probe), fn)
         return fn
 
     return deco
@@ -101,7 +104,7 @@ def middle(prompts, n, rng):
     return lowest(inside, np.abs(inside["p_hat"].to_numpy(dtype=float) - med), rng).iloc[:n]
 
 
-@register("random", budgeted=True, per_seed=True)
+@register("random", budgeted=True, per_seed=True, reads_probe=False)
 def random(prompts, n, rng):
     return prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
 
@@ -137,7 +140,7 @@ def base_right_matched(prompts, n, rng):
     return _base(prompts, False, True, rng)
 
 
-@register("all")
+@register("all", reads_probe=False)
 def all_prompts(prompts, n, rng):
     return prompts
 
