@@ -6,7 +6,8 @@ GRPOTrainer and PEFT; resume it where it stopped, skip it when finished.
 One update = ``prompts_per_step`` prompts x ``group_size`` completions, sampled fresh from the
 current policy; with ``num_iterations`` = mu > 1 one generated batch feeds mu updates. Files
 in the run folder: ``params.yaml``, ``trl_config.json``, ``manifest.json`` (model, task,
-selection, reward, steps done, checkpoints, versions, status), ``steps.parquet`` (TRL's logged
+selection, reward, steps done, checkpoints, versions, status, the compute ledger:
+:mod:`.ledger`), ``steps.parquet`` (TRL's logged
 metrics), ``groups.parquet`` (every generated group, :mod:`.records`) and
 ``checkpoints/checkpoint-<step>/`` (the adapter every ``save_steps`` and at the end; only the
 newest keeps its optimizer state). Prompts are reshuffled every epoch as a function of (seed,
