@@ -319,7 +319,8 @@ REPORT_FILES = {
     "table4_pass_k.csv", "table4_pass_k.md", "tiers.csv", "tiers.md", "paper_regression.csv", "paper_regression.md",
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
-    "confounds.csv", "confounds.md", "fig_length.png",
+    "confounds.csv", "confounds.md", "fig_length.png", "compute.csv", "compute.md", "budgets.csv", "budgets.md",
+    "budget_contrasts.csv", "budget_contrasts.md",
 }
 
 
@@ -332,8 +333,10 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "confounds", "test_difficulty", "plateau", "003"}  # analyze.reports: ["003"]
+                            "confounds", "test_difficulty", "plateau", "compute", "003"}  # analyze.reports: ["003"]
     assert summary["plateau"] is None  # its test prompts are not the task's rows: no tiers to test
+    # runs made before the compute ledger: their rows say nothing rather than a wrong number
+    assert summary["compute"]["runs"][0]["total_rollouts"] is None
     # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run
     assert summary["confounds"]["easy"] == {"mean_length_first": 21.0, "mean_length_last": 30.0, "mean_length_run": 25.5,
                                             "truncated_first": 0.0, "truncated_last": 0.0, "truncated_run": 0.0}
@@ -861,3 +864,40 @@ def test_one_seed_intervals_are_the_percentile_bootstrap_as_before():
     arm = uncertainty.arm_intervals(_scores({("a", 0): run}, base), boot).iloc[0]
     legacy = np.random.default_rng([0, 0]).multinomial(300, np.full(300, 1 / 300), size=2000) / 300
     assert [arm["ci_low"], arm["ci_high"]] == uncertainty.interval(legacy @ (100.0 * (run - base)))
+
+
+def test_the_compute_ledger_and_arms_at_equal_budget_in_the_report(tmp_path, monkeypatch):
+    """Each run's ledger in the compute table; easy and hard planned at one total (the same
+    completion budget, both charged the probe) are contrasted at that budget, Holm within it."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    arms = [{"name": a, "select": a, "train": {"max_completions": 500}} for a in ("easy", "hard")]
+    cfg = params.load(overrides={"study": "budgets", "arms": arms, "train.seeds": [0, 1], "probe.k": 8,
+                                 "dataset.pool_size": 100, "select.budget_frac": 0.1})
+    root = make_study(layout.study_dir(cfg))
+    for arm in ("easy", "hard"):
+        for seed in (0, 1):
+            path = root / "runs" / layout.run_id(arm, seed) / "manifest.json"
+            m = json.loads(path.read_text())
+            m["ledger"] = {"probe": {"charged": True, "completions": 800, "tokens": 8000, "cpu_seconds": 5.0,
+                                     "gpu_seconds": 0.0},
+                           "train": {"completions_generated": 504 + seed, "completions_kept": 400,
+                                     "completions_dropped": 104 + seed, "tokens_generated": 5000, "cpu_seconds": 9.0,
+                                     "gpu_seconds": 0.0},
+                           "total_rollouts": 1304 + seed, "total_tokens": 13000}
+            path.write_text(json.dumps(m))
+    summary = analyze.report(cfg)
+    out = layout.report_dir(cfg)
+    compute = pd.read_csv(out / "compute.csv")
+    assert compute["total_rollouts"].tolist() == [1304, 1305, 1304, 1305] and (compute["cpu_seconds"] == 14.0).all()
+    assert summary["compute"]["arms"]["hard"]["total_rollouts"] == 1304.5
+    assert summary["compute"]["arms"]["hard"]["gain_pp"] == summary["arms"]["hard"]["gain_pp"]
+    assert "in full to every arm" in summary["compute"]["probe_charge"]
+    (budget,) = summary["budgets"]
+    assert cfg.probe.one_sample and budget == str(500 + 100 * 8 + 100)  # max_completions + pool x K + the greedy probe
+    at = summary["budgets"][budget]
+    assert at["arms"]["hard"]["kind"] == "offline" and at["arms"]["hard"]["accuracy"] == pytest.approx(0.525)
+    (pair,) = at["contrasts"]
+    assert (pair["a"], pair["b"], pair["diff_pp"], pair["decision"]) == ("easy", "hard", -10.0, "differs")
+    assert at["verdict"].startswith("At 1,400 total rollouts hard (offline) gains most, +12.5 points [")
+    assert at["verdict"].endswith("ahead of every other arm at this budget (Holm-adjusted).")
+    assert (out / "fig_gain_vs_rollouts.png").exists() and (out / "fig_accuracy_vs_rollouts.png").exists()

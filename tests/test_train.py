@@ -951,3 +951,70 @@ def test_the_dr_grpo_treatment_builds_its_grpo_config_and_enters_the_run_key(tmp
     hard_key, dr_key = (layout.run_key(cfg.for_arm(a), ["x"]) for a in ("hard", "hard_dr_grpo"))
     assert (dr_key["train"]["loss_type"], dr_key["train"]["scale_rewards"]) == ("dr_grpo", "none")
     assert {k for k in dr_key["train"] if dr_key["train"][k] != hard_key["train"][k]} == {"loss_type", "scale_rewards"}
+
+
+# ---- online selection and the compute ledger (issue 31) -------------------------------------
+@pytest.mark.e2e
+def test_online_posterior_trains_on_the_prompts_its_thompson_draws_choose(make_cfg):
+    """train.online.method posterior: each step generates the prompts the posterior of the
+    earlier steps' groups chooses (replayed from groups.parquet), not the sampler's."""
+    from diffgrpo.train.online import OnlineSelection
+
+    cfg = make_cfg(max_steps=4, **{"online": {"method": "posterior"}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    groups = groups.assign(rewards=groups["rewards"].map(list), scores=groups["scores"].map(list))
+    ids = list(train.selected_rows(cfg, "hard")["id"])
+    sel = OnlineSelection(cfg.train.online, 0, ids)
+    history = groups.to_dict("records")
+    for step, g in groups.groupby("step"):
+        assert list(g["prompt_id"]) == sel.choose(ids[:2], history, step)[0]
+    assert pd.read_parquet(run / "steps.parquet")["online_skipped"].eq(0).all()
+
+
+@pytest.mark.e2e
+def test_online_skip_zero_variance_skips_the_prompts_whose_groups_were_flat(make_cfg, monkeypatch):
+    """Every group flat (a constant reward), recheck 0: the first epoch (4 steps x 2 of the 8
+    prompts) generates each prompt once; in the second every prompt the sampler offers is
+    skippable, so each is counted skipped (and, with no other prompt left, generated anyway)."""
+    monkeypatch.setattr(EvenLength, "score", lambda self, completion, answer: 1.0)
+    cfg = make_cfg(max_steps=6, **{"online": {"method": "skip_zero_variance", "recheck": 0.0}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert groups[groups["step"] <= 4]["prompt_id"].nunique() == 8
+    steps = pd.read_parquet(run / "steps.parquet").set_index("step")
+    assert steps["online_skipped"].tolist() == [0, 0, 0, 0, 2, 2]
+
+
+@pytest.mark.e2e
+def test_online_band_keeps_only_groups_whose_mean_lies_in_the_band(make_cfg):
+    """band [0.4, 0.6], G = 4: only groups of mean 0.5 enter an update; mixed groups outside the
+    band are dropped like flat ones, and refilled."""
+    cfg = make_cfg(max_steps=3, group_size=4, **{"online": {"method": "band", "band": [0.4, 0.6]},
+                                                  "dynamic_sampling": {"enabled": False, "max_rounds": 4}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    kept = groups[groups["kept"]]
+    assert len(kept) and (kept["reward_mean"] == 0.5).all()
+    assert (groups["learnable"] & ~groups["kept"]).any() and (groups["round"] > 1).any()
+
+
+@pytest.mark.e2e
+def test_the_ledger_in_a_run_manifest_adds_the_charged_probe_to_what_training_generated(make_cfg):
+    cfg = make_cfg(max_steps=2, group_size=2, **{"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a"] * 24, "k": [4] * 24,
+                                                                  "mean_tokens": [5.0] * 24}))
+    artifacts.write_json(probe / layout.MANIFEST, {"complete": True})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    groups = pd.read_parquet(run / "groups.parquet")
+    led = manifest["ledger"]
+    n = int(groups["rewards"].map(len).sum())
+    assert led["probe"]["charged"] and led["probe"]["completions"] == 96 and led["probe"]["tokens"] == 480
+    assert led["train"]["completions_generated"] == n == manifest["completions_generated"]
+    assert led["train"]["completions_kept"] == int(groups[groups["kept"]]["rewards"].map(len).sum())
+    assert led["train"]["completions_kept"] + led["train"]["completions_dropped"] == n
+    assert led["train"]["tokens_generated"] == int(groups["completion_tokens"].sum()) > 0
+    assert (groups["completion_tokens"] <= 2 * cfg.train.max_completion_length).all()
+    assert led["total_rollouts"] == 96 + n and led["train"]["cpu_seconds"] > 0

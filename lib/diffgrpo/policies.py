@@ -50,6 +50,7 @@ class Policy:
     budgeted: bool  # takes a size n (budget_frac / budget_count); else defined by a set
     per_seed: bool  # draws its own subset for every training seed
     origin: str  # where it was registered (a module or plugin file)
+    reads_probe: bool = True  # its choice depends on the probe (p_hat, base_correct): the probe is charged to it
 
     def accepts(self, option: str) -> bool:
         sig = inspect.signature(self.fn).parameters
@@ -59,11 +60,13 @@ class Policy:
 _POLICIES: Registry[Policy] = Registry("selection policy", SelectionError)
 
 
-def register(name: str, *, budgeted: bool = False, per_seed: bool = False):
-    """Decorator: register ``fn`` as selection policy ``name``."""
+def register(name: str, *, budgeted: bool = False, per_seed: bool = False, reads_probe: bool = True):
+    """Decorator: register ``fn`` as selection policy ``name``. ``reads_probe=False``: its choice
+    does not depend on the probe (``random``, ``all``), so a run's compute ledger does not charge
+    the probe's completions to it (diffgrpo.train.ledger)."""
 
     def deco(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
-        _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?")), fn)
+        _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?"), reads_probe), fn)
         return fn
 
     return deco
@@ -115,7 +118,7 @@ class MiddleIsNotMiddle(UserWarning):
     """``middle`` picked prompts as difficult as ``hard``'s (or ``easy``'s): p_hat too coarse."""
 
 
-@register("random", budgeted=True, per_seed=True)
+@register("random", budgeted=True, per_seed=True, reads_probe=False)
 def random(prompts, n, rng):
     return prompts.iloc[np.sort(rng.choice(len(prompts), size=n, replace=False))]
 
@@ -151,7 +154,7 @@ def base_right_matched(prompts, n, rng):
     return _base(prompts, False, True, rng)
 
 
-@register("all")
+@register("all", reads_probe=False)
 def all_prompts(prompts, n, rng):
     return prompts
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -79,6 +80,7 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
             return out_dir
         log.warning("%s: %s damaged since the probe finished; rebuilding from its chunks", out_dir, bad)
         manifest.unlink()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     key = layout.probe_key(cfg, role)
     rows = splits.load_pool(cfg) if role == "pool" else splits.load_test(cfg)
     one_sample = cfg.probe.one_sample and role == "pool"
@@ -108,9 +110,19 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
     artifacts.write_json(manifest, {
         "complete": True, "key": key, "role": role, "n_prompts": len(prompts), "k": cfg.probe.k,
         "mean_p_hat": round(float(prompts["p_hat"].mean()), 4), "files": files,
+        "seconds": _seconds(cfg, t0, cpu0),
         "sha256": artifacts.digests(out_dir, files),
     })
     return out_dir
+
+
+def _seconds(cfg: Config, t0: float, cpu0: float) -> dict:
+    """The session that finished the probe: wall, CPU (this process) and GPU seconds (wall on a
+    cuda device; 0 on a CPU), for the compute ledger (diffgrpo.train.ledger). A probe resumed from
+    chunks counts the finishing session's alone."""
+    wall = time.perf_counter() - t0
+    return {"wall": round(wall, 1), "cpu": round(time.process_time() - cpu0, 1),
+            "gpu": round(wall if cfg.model.device == "cuda" else 0.0, 1)}
 
 
 def read_prompts(cfg: Config) -> pd.DataFrame:

@@ -236,6 +236,13 @@ class Scores:
         out.runs = {k: v.loc[out.prompts] for k, v in self.runs.items()}
         return out
 
+    def only(self, arms: Iterable[str]) -> "Scores":
+        """The runs of ``arms`` alone, on the same test prompts (contrasts within a subset of arms)."""
+        out = Scores.__new__(Scores)
+        out.prompts, out.base, keep = self.prompts, self.base, set(arms)
+        out.runs = {k: v for k, v in self.runs.items() if k[0] in keep}
+        return out
+
     def seeds(self, arm: str) -> list[int]:
         return sorted(seed for s, seed in self.runs if s == arm)
 

@@ -102,6 +102,19 @@ class DynamicSamplingParams(_Section):
     max_rounds: PosInt
 
 
+class OnlineSelectionParams(_Section):
+    """Online selection inside training (diffgrpo.train.online; docs/online_selection.md)."""
+
+    method: Literal["none", "band", "posterior", "skip_zero_variance"]
+    band: list[Frac]
+    target: Frac
+    prior: list[Annotated[float, Field(gt=0.0)]]
+    decay: Annotated[float, Field(gt=0.0, le=1.0)]
+    warm_start: bool
+    window: PosInt
+    recheck: Frac
+
+
 class LengthRewardParams(_Section):
     weight: NonNeg
     cache: PosInt
@@ -150,6 +163,7 @@ class TrainConfig(_Section):
     vllm_gpu_memory_utilization: Frac
     vllm_tensor_parallel_size: PosInt
     dynamic_sampling: DynamicSamplingParams
+    online: OnlineSelectionParams
     length_reward: LengthRewardParams
     max_completions: PosInt | None
     trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
@@ -235,7 +249,10 @@ class ArmConfig(_Section):
     order; ``train``: its own train.* settings). A null budget or max_tier is the study's.
     ``role: control``: a control arm (003's ``random_reward``), whose reward carries no signal
     about the answers, so its gains are the optimiser's; reports draw it apart. Any other reward
-    without it (partial credit, a length penalty) is an ordinary arm's. Not in a run's key."""
+    without it (partial credit, a length penalty) is an ordinary arm's. ``charge_probe``: whether
+    the run's compute ledger charges it the probe's completions (null: when its policy reads the
+    probe or its training warm-starts from it, diffgrpo.train.ledger); true charges a policy that
+    does not (offline random "with the probe charged"). Not in a run's key."""
 
     name: str
     select: str
@@ -247,6 +264,7 @@ class ArmConfig(_Section):
     max_tier: int | None = None
     options: dict[str, Any] = {}
     train: dict[str, Any] = {}
+    charge_probe: bool | None = None
 
     @property
     def reward_weights(self) -> dict[str, float]:
@@ -289,6 +307,17 @@ TREATMENTS: dict[str, dict[str, Any]] = {
     # divided by a constant, not by each completion's length (TRL 1.16: loss_type dr_grpo divides
     # by rows x max_completion_length; scale_rewards none skips the division by the group's std)
     "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+    # online selection inside training (diffgrpo.train.online, docs/online_selection.md): a group is
+    # kept only if its mean reward lies in train.online.band, refilled as dynamic sampling refills
+    # (Bae et al. 2025, arXiv:2504.03380, balanced online difficulty filtering)
+    "online_band": {"online": {"method": "band"}},
+    # each step's prompts drawn by Thompson sampling from a Beta posterior of each prompt's success
+    # rate, toward train.online.target (MoPPS: Qu et al. 2025, arXiv:2507.04632)
+    "posterior": {"online": {"method": "posterior"}},
+    "posterior_warm": {"online": {"method": "posterior", "warm_start": True}},  # the same, from the probe's samples
+    # prompts whose recent groups had equal rewards skipped before generation, each re-checked with
+    # probability train.online.recheck (GRESO: Zheng et al. 2025, arXiv:2506.02177)
+    "skip_zero_variance": {"online": {"method": "skip_zero_variance"}},
 }
 
 
@@ -643,6 +672,7 @@ def _check_consistent(cfg: Config, where) -> None:
     if cfg.select.budget_frac is None and cfg.select.budget_count is None:
         fail("select.budget_frac", "and select.budget_count are both null; set one")
     _check_budget_in_steps_or_epochs(cfg.train, fail)
+    _check_online(cfg.train, fail)
     bad = [k for k in cfg.evaluate.pass_k if not 1 <= k <= cfg.evaluate.n_samples]
     if bad:
         fail("evaluate.pass_k", f"has k = {bad}; pass@k needs 1 <= k <= evaluate.n_samples = {cfg.evaluate.n_samples}")
@@ -730,6 +760,19 @@ def _check_budget_in_steps_or_epochs(t: TrainConfig, fail) -> None:
     if t.max_steps is None and t.epochs is None:
         fail("train.max_steps", "and train.epochs are both null; set one (a number of update steps, or of passes "
                                 "over each arm's selection)")
+
+
+def _check_online(t: TrainConfig, fail) -> None:
+    """train.online: a band [low, high], a Beta prior (alpha, beta), one process for the methods
+    that choose a step's prompts (every process would need every process's history)."""
+    o = t.online
+    if len(o.band) != 2 or o.band[0] > o.band[1]:
+        fail("train.online.band", f"= {o.band}: a band [low, high] of mean rewards with low <= high")
+    if len(o.prior) != 2:
+        fail("train.online.prior", f"= {o.prior}: a Beta prior [alpha, beta], both > 0")
+    if o.method in ("posterior", "skip_zero_variance") and t.num_processes > 1:
+        fail("train.online.method", f"= {o.method!r} chooses each step's prompts from the run's history, which one "
+                                    f"process holds; set train.num_processes: 1 (here {t.num_processes})")
 
 
 def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:

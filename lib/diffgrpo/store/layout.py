@@ -115,7 +115,8 @@ NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to", "logging_s
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,
-        "max_completions": lambda v: v is None, "num_processes": lambda v: v == 1}
+        "max_completions": lambda v: v is None, "num_processes": lambda v: v == 1,
+        "online": lambda v: v["method"] == "none"}
 #: TRL options (``train.trl``) that change where a run logs, not what it learns; every other
 #: one enters the key, beside the train.* keys
 TRL_NOT_IN_RUN_KEY = ("report_to", "logging_dir", "run_name", "project", "disable_tqdm",

@@ -2,8 +2,9 @@
 
 By concern: :mod:`.run` (one run, resumed where it stopped), :mod:`.config` (GRPOConfig and
 LoRA), :mod:`.trainer` (one GRPO step as TRL runs it and where diffgrpo changes it: prompt
-order, merged-LoRA generation, dynamic sampling, the completion budget), :mod:`.records`
-(groups and steps; learnable %); paper 002's EPRLI levels are :mod:`diffgrpo.train.levels`. One run from the command line, or on several GPUs
+order, merged-LoRA generation, dynamic sampling, the completion budget), :mod:`.online` (online
+selection: a reward band, a Beta posterior, zero-variance skipping), :mod:`.ledger` (what a run
+cost, the probe charged), :mod:`.records` (groups and steps; learnable %); paper 002's EPRLI levels are :mod:`diffgrpo.train.levels`. One run from the command line, or on several GPUs
 (``train.num_processes``, which a run with N > 1 also starts by itself: :func:`.run.launch_run`)::
 
     accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0 \

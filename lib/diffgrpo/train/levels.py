@@ -47,7 +47,7 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
                       lv.epsilon_high, rounds if lv.dynamic_sampling else None, lv.length_reward_weight,
                       None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))
                 for lv in cfg.eprli.levels]
-    dynamic = t.dynamic_sampling.enabled
+    dynamic = t.dynamic_sampling.enabled or t.online.method == "band"  # the band refills as dynamic sampling does
     return [Level(None, cfg.run_steps(arm, n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
                   t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
 

@@ -25,9 +25,10 @@ from diffgrpo.models import devices
 from diffgrpo import rewards
 
 #: groups.parquet's columns; ``round`` (the generation round of its step, 1 without dynamic
-#: sampling) and ``kept`` (it entered the update) came with dynamic sampling, ``level`` with EPRLI
+#: sampling) and ``kept`` (it entered the update) came with dynamic sampling, ``level`` with EPRLI,
+#: ``completion_tokens`` (the group's generated tokens, for the compute ledger) with the ledger
 GROUP_COLUMNS = ["step", "prompt_id", "tier", "rewards", "reward_mean", "reward_std", "learnable", "scores",
-                 "round", "kept", "level"]
+                 "round", "kept", "level", "completion_tokens"]
 
 
 class Recorder(TrainerCallback):
@@ -81,6 +82,7 @@ class Recorder(TrainerCallback):
                 "reward_mean": float(r.mean()), "reward_std": float(r.std(ddof=1)),
                 "learnable": learnable, "scores": s.tolist(),
                 "round": self.round, "kept": True, "level": self.level,
+                "completion_tokens": None if completion_ids is None else int(sum(len(c) for c in completion_ids[start:start + g])),
             })
         return out
 

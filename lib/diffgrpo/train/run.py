@@ -6,7 +6,8 @@ GRPOTrainer and PEFT; resume it where it stopped, skip it when finished.
 One update = ``prompts_per_step`` prompts x ``group_size`` completions, sampled fresh from the
 current policy; with ``num_iterations`` = mu > 1 one generated batch feeds mu updates. Files
 in the run folder: ``params.yaml``, ``trl_config.json``, ``manifest.json`` (model, task,
-selection, reward, steps done, checkpoints, versions, status), ``steps.parquet`` (TRL's logged
+selection, reward, steps done, checkpoints, versions, status, the compute ledger:
+:mod:`.ledger`), ``steps.parquet`` (TRL's logged
 metrics), ``groups.parquet`` (every generated group, :mod:`.records`) and
 ``checkpoints/checkpoint-<step>/`` (the adapter every ``save_steps`` and at the end; only the
 newest keeps its optimizer state). Prompts are reshuffled every epoch as a function of (seed,
@@ -39,11 +40,13 @@ from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.store.run_folder import RunFolder
 from diffgrpo.models import resolve, devices
 from diffgrpo import params, rewards, select
+from diffgrpo.train import ledger
 from diffgrpo.train import levels as eprli
 from diffgrpo.models.generation import check_fit, context_length, encode_prompt
 from diffgrpo.models.loading import quiet_renamed_arguments
 from diffgrpo.params import Config
 from diffgrpo.train.config import check_extension, grpo_kwargs, lora_config
+from diffgrpo.train.online import OnlineSelection
 from diffgrpo.train.records import Progress, Recorder, Tidy
 from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
@@ -155,13 +158,16 @@ class Run:
     n_processes: int
     is_main: bool
     resumed_from: list[int]  # the steps this run was resumed from, every session's
+    earlier_seconds: dict = dataclasses.field(default_factory=dict)  # cpu/gpu/wall of earlier finished sessions
     t0: float = dataclasses.field(default_factory=time.perf_counter)
+    cpu0: float = dataclasses.field(default_factory=time.process_time)
     level_records: list[dict] = dataclasses.field(default_factory=list)
     offset: int = 0  # steps done by the levels before this one
     adapter: Path | None = None  # the previous level's last adapter (EPRLI)
     budget_spent: bool = False
     output: Any = None  # TRL's TrainOutput of the last level trained this session
     recorder: Recorder | None = None
+    groups: list[dict] | None = None  # every process's groups, as the last level wrote them
     saved: set[int] = dataclasses.field(default_factory=set)  # checkpoints found or saved this session
 
     @property
@@ -217,8 +223,10 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     }
     if is_main:
         folder.write_params(cfg)
+    earlier = ((manifest or {}).get("ledger") or {}).get("train", {})
     return Run(cfg, arm, seed, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
-               resumed_from=(manifest or {}).get("resumed_from", []))
+               resumed_from=(manifest or {}).get("resumed_from", []),
+               earlier_seconds={k: earlier.get(f"{k}_seconds") or 0.0 for k in ("cpu", "gpu", "wall")})
 
 
 def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
@@ -253,7 +261,7 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
         with quiet_renamed_arguments():
             run.output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         local = trainer.state.global_step
-    written = recorder.write(run.folder.path)  # every process's groups
+    written = run.groups = recorder.write(run.folder.path)  # every process's groups
     level_spent = budget.spent()
     if one:
         run.saved |= tidy.saved
@@ -292,7 +300,7 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
             model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
             processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
             recorder=recorder, run_dir=run.folder.path, dynamic_rounds=lv.dynamic_rounds,
-            merge_for_generation=cfg.train.merge_lora_for_generation,
+            merge_for_generation=cfg.train.merge_lora_for_generation, online=_online(run, level_rows),
         )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict
     for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
@@ -304,6 +312,17 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
     if run.is_main and not one:
         run.folder.write_trl_config({"grpo": args.to_dict()}, level=run.folder.level_dir(i, lv.name))
     return trainer, tidy
+
+
+def _online(run: Run, rows: pd.DataFrame) -> OnlineSelection | None:
+    """The run's online selection over ``rows`` (``train.online``; None when off), warm-started
+    from the probe's samples of each prompt (p_hat x probe.k successes) with ``warm_start``."""
+    settings = run.cfg.train.online
+    if settings.method == "none":
+        return None
+    k = run.cfg.probe.k
+    warm = {pid: (round(p * k), k) for pid, p in zip(rows["id"], rows["p_hat"])}
+    return OnlineSelection(settings, run.seed, list(rows["id"]), warm)
 
 
 def _level_data(cfg: Config, lv: eprli.Level, level_rows: pd.DataFrame):
@@ -372,7 +391,18 @@ def finish(run: Run) -> None:
         "train_loss": run.output.training_loss if run.output is not None else None,
         "completions_generated": devices.sum_over_processes([run.recorder.completions_generated()])[0],  # main: earlier sessions' too
         "budget_spent": finished and run.offset < run.max_steps,
+        **({"ledger": _ledger(run)} if run.is_main else {}),
     })
+
+
+def _ledger(run: Run) -> dict:
+    """The run's compute ledger (:mod:`diffgrpo.train.ledger`): this session's seconds added to
+    the earlier sessions'. CPU: this (main) process's; GPU: wall x processes on a cuda device."""
+    wall = time.perf_counter() - run.t0
+    now = {"cpu": time.process_time() - run.cpu0, "wall": wall,
+           "gpu": wall * run.n_processes if run.cfg.model.device == "cuda" else 0.0}
+    seconds = {k: run.earlier_seconds.get(k, 0.0) + v for k, v in now.items()}
+    return ledger.ledger(run.cfg, run.arm, run.groups if run.groups is not None else run.recorder.groups, seconds)
 
 
 def launch_command(params_file: Path, arm: str, seed: int, n_processes: int, port: int) -> list[str]:

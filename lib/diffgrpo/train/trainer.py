@@ -20,6 +20,7 @@ from diffgrpo.store import artifacts, layout
 from diffgrpo.models import devices
 from diffgrpo.params import Config
 from diffgrpo.train.levels import Level
+from diffgrpo.train.online import OnlineSelection
 from diffgrpo.train.records import Recorder
 
 
@@ -185,12 +186,16 @@ class Trainer(GRPOTrainer):
 
     With ``merge_for_generation`` (``train.merge_lora_for_generation``) transformers generates
     with the LoRA merged into the base weights (:func:`merged_lora`).
+
+    ``online`` (``train.online``, :mod:`diffgrpo.train.online`): a method that chooses a step's
+    prompts replaces the sampler's before generation (logged as ``online_skipped``: the
+    sampler's prompts it skipped); ``band`` narrows which groups dynamic sampling keeps.
     """
 
     def __init__(self, *args, recorder: Recorder, run_dir: Path, dynamic_rounds: int | None = None,
-                 merge_for_generation: bool = False, **kwargs):
+                 merge_for_generation: bool = False, online: OnlineSelection | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.recorder, self.run_dir, self.dynamic_rounds = recorder, run_dir, dynamic_rounds
+        self.recorder, self.run_dir, self.dynamic_rounds, self.online = recorder, run_dir, dynamic_rounds, online
         self.merge_for_generation = merge_for_generation and isinstance(self.model, peft.PeftModel)
 
     def _generate_single_turn(self, *args, **kwargs):
@@ -206,6 +211,8 @@ class Trainer(GRPOTrainer):
         g = self.num_generations
         wanted = len(inputs) // g  # this process's groups of the update
         n = self.accelerator.num_processes
+        if self.online is not None and self.online.chooses:
+            inputs = self._online_inputs(inputs)
         self.recorder.round = 1
         first = len(self.recorder.groups)
         batch = super()._generate_and_score_completions(inputs)
@@ -220,7 +227,7 @@ class Trainer(GRPOTrainer):
         while True:
             rows = self.recorder.groups[first:]
             self._count(counts, rows)
-            take = [i for i, row in enumerate(rows) if row["learnable"]][:wanted - kept]
+            take = [i for i, row in enumerate(rows) if self._keep(row)][:wanted - kept]
             for i, row in enumerate(rows):
                 row["kept"] = i in take
             if take:
@@ -258,6 +265,22 @@ class Trainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
         return loss if "loss_scale" not in inputs else loss * inputs["loss_scale"]
+
+    def _keep(self, group: dict) -> bool:
+        """Whether dynamic sampling keeps a generated group: its rewards differ (and, with
+        ``train.online.method: band``, their mean lies in the band)."""
+        return self.online.keep(group) if self.online is not None else bool(group["learnable"])
+
+    def _online_inputs(self, inputs: list[dict]) -> list[dict]:
+        """The step's prompts as the online method chooses them (each repeated ``group_size``
+        times, as TRL's sampler gives them), in place of the sampler's."""
+        g, ds = self.num_generations, self.train_dataset
+        step = self.recorder.step_offset + self.state.global_step + 1
+        chosen, skipped = self.online.choose([x["id"] for x in inputs[::g]], self.recorder.groups, step)
+        if not hasattr(self, "_row_of_id"):
+            self._row_of_id = {pid: i for i, pid in enumerate(ds["id"])}
+        self._metrics["train"]["online_skipped"].append(float(skipped))
+        return [ds[self._row_of_id[pid]] for pid in chosen for _ in range(g)]
 
     def _every_process(self, items: list) -> list:
         """``items`` of every process (in rank order); this process's alone when it is the only one."""

@@ -1,0 +1,94 @@
+"""How many probe samples a selection needs, from one probe's samples (no new generation).
+
+- **K sweep**: the probe's first K samples of each prompt (the samples of a prompt are
+  independent draws, so the first K are a random subsample of K) for K = 1, 2, 4, ... up to the
+  probe's own K: each policy's selection from that p_hat against the full probe's (overlap:
+  the share of the full-K selection it keeps), the p_hat error over the pool, and the learnable %
+  the selection would give, predicted with the full probe's p_hat (the best estimate there is).
+- **Adaptive probing**: each prompt's samples taken in rounds of ``round_size``; after each
+  round, with a uniform Beta(1, 1) prior, the probe stops for a prompt whose posterior puts at
+  least ``confidence`` on p < ``edge`` or on p > 1 - ``edge`` (all wrong or all right after a few
+  samples); its p_hat is then the share of the samples taken. Reported: the completions saved
+  against the full K, and per policy (hard, middle, easy) the overlap of the adaptive
+  selection with the full probe's and the p_hat error of its prompts.
+
+Ours (the report's ``probe_budget`` section); the idea of cheap screening rollouts is
+SPEED-RL's and GRESO's, the stopping rule is a plain Beta posterior test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import beta
+
+from diffgrpo import select
+from diffgrpo.analysis.learnability import predicted_learnable
+
+#: the policies the probe's budget is measured for (each ranks prompts by p_hat)
+POLICIES = ("hard", "middle", "easy")
+
+
+def correct_matrix(samples: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:
+    """The probe's samples as prompts x K (0/1), each row in sample order."""
+    wide = samples.pivot(index="prompt_id", columns="sample", values="correct").sort_index(axis=1)
+    if wide.isna().any().any():
+        bad = wide.index[wide.isna().any(axis=1)][0]
+        raise ValueError(f"probe samples: prompt {bad!r} has fewer samples than the others; rerun the probe (01_probe)")
+    return wide.index, wide.to_numpy(float)
+
+
+def _selections(ids: pd.Index, p_hat: np.ndarray, n: int, seed: int) -> dict[str, set]:
+    prompts = pd.DataFrame({"id": ids, "p_hat": p_hat, "tier": np.nan})
+    return {pol: set(select.select(prompts, pol, n, seed)["id"]) for pol in POLICIES}
+
+
+def k_sweep(samples: pd.DataFrame, n: int, group_size: int, seed: int = 0, ks=(1, 2, 4, 8, 16)) -> pd.DataFrame:
+    """One row per (K, policy): overlap with the full probe's selection, mean |p_hat_K - p_hat|
+    over the pool, predicted learnable % of the K-selection (full p_hat)."""
+    ids, x = correct_matrix(samples)
+    full = x.mean(axis=1)
+    truth = _selections(ids, full, n, seed)
+    p_of = dict(zip(ids, full))
+    rows = []
+    for k in [k for k in ks if k <= x.shape[1]]:
+        p_k = x[:, :k].mean(axis=1)
+        chosen = _selections(ids, p_k, n, seed)
+        for pol in POLICIES:
+            rows.append({"k": k, "policy": pol, "completions": k * len(ids),
+                         "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n,
+                         "p_hat_error": float(np.abs(p_k - full).mean()),
+                         "predicted_learnable_pct": 100 * predicted_learnable([p_of[i] for i in chosen[pol]], group_size)})
+    return pd.DataFrame(rows)
+
+
+def adaptive_n(x: np.ndarray, round_size: int, edge: float, confidence: float) -> np.ndarray:
+    """Samples the adaptive probe takes of each prompt (rows of ``x``, 0/1 in sample order)."""
+    k = x.shape[1]
+    taken = np.full(len(x), k)
+    for i, row in enumerate(x):
+        for m in range(round_size, k, round_size):
+            s = row[:m].sum()
+            low, high = beta.cdf(edge, 1 + s, 1 + m - s), beta.sf(1 - edge, 1 + s, 1 + m - s)
+            if max(low, high) >= confidence:
+                taken[i] = m
+                break
+    return taken
+
+
+def adaptive(samples: pd.DataFrame, n: int, seed: int = 0, round_size: int = 2, edge: float = 0.3,
+             confidence: float = 0.75) -> tuple[dict, pd.DataFrame]:
+    """The adaptive probe against the full one: ``(totals, per policy)``."""
+    ids, x = correct_matrix(samples)
+    taken = adaptive_n(x, round_size, edge, confidence)
+    full = x.mean(axis=1)
+    p_ad = np.array([row[:m].mean() for row, m in zip(x, taken)])
+    truth, chosen = _selections(ids, full, n, seed), _selections(ids, p_ad, n, seed)
+    at = {pid: i for i, pid in enumerate(ids)}
+    rows = [{"policy": pol, "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n,
+             "p_hat_error": float(np.mean([abs(p_ad[at[i]] - full[at[i]]) for i in chosen[pol]]))} for pol in POLICIES]
+    totals = {"k": int(x.shape[1]), "round_size": round_size, "edge": edge, "confidence": confidence,
+              "completions_full": int(x.size), "completions_adaptive": int(taken.sum()),
+              "saved_pct": round(100 * (1 - taken.sum() / x.size), 2),
+              "p_hat_error_pool": round(float(np.abs(p_ad - full).mean()), 4)}
+    return totals, pd.DataFrame(rows)

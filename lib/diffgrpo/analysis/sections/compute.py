@@ -1,0 +1,84 @@
+"""The compute: what each run cost (its manifest's ``ledger``, :mod:`diffgrpo.train.ledger`) and
+each arm's gain against its total rollouts (probe completions charged + training completions
+generated). The probe is charged in full to every arm whose selection read it.
+
+Writes ``compute.csv`` / ``compute.md`` (one row per run) and ``fig_gain_vs_rollouts.png``
+(each arm's gain with its 95% interval at its mean total rollouts). Its part of ``summary.json``::
+
+    {"compute": {"probe_charge": how a shared probe is charged,
+                 "runs": [{"strategy", "seed", "probe_completions", "train_completions", "kept", "dropped",
+                           "total_rollouts", "total_tokens", "cpu_seconds", "gpu_seconds", "gain_pp"}],
+                 "arms": {arm: {"total_rollouts", "gain_pp", "ci95"}}}}
+
+A run trained before the ledger existed has nulls in its row (and no point in the figure).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from diffgrpo.analysis.tables import DIGITS
+from diffgrpo.analysis.uncertainty import _round
+from diffgrpo.store.artifacts import save_figure
+from diffgrpo.train.ledger import PROBE_CHARGE
+
+TABLES = ("compute",)
+FIGURES = ("fig_gain_vs_rollouts",)
+
+
+def ledger_rows(study) -> pd.DataFrame:
+    """One row per complete run: its ledger's numbers beside its gain."""
+    gains = study.runs.set_index(["strategy", "seed"])["gain_pp"]
+    rows = []
+    for m in study.manifests:
+        led = m.get("ledger") or {}
+        probe, train = led.get("probe") or {}, led.get("train") or {}
+        rows.append({"strategy": m["strategy"], "seed": int(m["seed"]), "probe_completions": probe.get("completions"),
+                     "train_completions": train.get("completions_generated"), "kept": train.get("completions_kept"),
+                     "dropped": train.get("completions_dropped"), "total_rollouts": led.get("total_rollouts"),
+                     "total_tokens": led.get("total_tokens"),
+                     "cpu_seconds": _sum(probe.get("cpu_seconds"), train.get("cpu_seconds")),
+                     "gpu_seconds": _sum(probe.get("gpu_seconds"), train.get("gpu_seconds")),
+                     "gain_pp": float(gains.get((m["strategy"], int(m["seed"])), np.nan))})
+    return pd.DataFrame(rows)
+
+
+def _sum(a, b):
+    return None if a is None or b is None else round(a + b, 1)
+
+
+def arm_rollouts(study) -> pd.DataFrame:
+    """Per arm: mean total rollouts over its runs, and its gain with its interval (study.arms)."""
+    rows = ledger_rows(study)
+    rollouts = pd.to_numeric(rows["total_rollouts"], errors="coerce").groupby(rows["strategy"]).mean()
+    return study.arms[["strategy", "gain_pp", "ci_low", "ci_high"]].assign(
+        total_rollouts=study.arms["strategy"].map(rollouts))
+
+
+def plot(arms: pd.DataFrame) -> Figure:
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for r in arms.dropna(subset=["total_rollouts"]).to_dict("records"):
+        ax.errorbar(r["total_rollouts"], r["gain_pp"], yerr=[[r["gain_pp"] - r["ci_low"]], [r["ci_high"] - r["gain_pp"]]],
+                    fmt="o", capsize=3, label=r["strategy"])
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="total rollouts (probe charged + training generated)", ylabel="gain (points), 95% interval")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def write(study) -> dict:
+    rows = ledger_rows(study)
+    study.write_table("compute", "Compute per run: completions (rollouts), tokens and seconds; the probe is charged "
+                      f"{PROBE_CHARGE}", rows.round(DIGITS))
+    arms = arm_rollouts(study)
+    if arms["total_rollouts"].notna().any():
+        save_figure(plot(arms), study.out / "fig_gain_vs_rollouts.png")
+    return {"compute": {
+        "probe_charge": PROBE_CHARGE,
+        "runs": rows.astype(object).where(rows.notna(), None).to_dict("records"),
+        "arms": {r["strategy"]: {"total_rollouts": _round(r["total_rollouts"]), "gain_pp": _round(r["gain_pp"]),
+                                 "ci95": [_round(r["ci_low"]), _round(r["ci_high"])]} for r in arms.to_dict("records")},
+    }}

@@ -1,0 +1,69 @@
+"""The probe's budget: how far a cheaper probe's selections fall from the study's probe, from its
+samples alone (:mod:`diffgrpo.analysis.probe_budget`): the K sweep (the first K samples of each
+prompt, K = 1, 2, 4, ... up to probe.k) and adaptive probing (rounds of 2 samples, a prompt
+stopped once its Beta posterior places it all-wrong or all-right), for hard, middle and easy at
+the study's budget (``select.budget_*``).
+
+Writes ``probe_k_sweep.csv`` / ``.md``, ``probe_adaptive.csv`` / ``.md`` and
+``fig_probe_k_sweep.png``. Its part of ``summary.json`` (nothing when the pool's probe is not in
+the study folder)::
+
+    {"probe_budget": {"budget": prompts selected,
+                      "k_sweep": [{"k", "policy", "completions", "overlap_pct", "p_hat_error",
+                                   "predicted_learnable_pct"}],
+                      "adaptive": {"k", "round_size", "edge", "confidence", "completions_full",
+                                   "completions_adaptive", "saved_pct", "p_hat_error_pool",
+                                   "policies": [{"policy", "overlap_pct", "p_hat_error"}]}}}
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from diffgrpo.analysis import probe_budget
+from diffgrpo.analysis.tables import DIGITS
+from diffgrpo.params import budget_size
+from diffgrpo.policies import SelectionError
+from diffgrpo.store import layout
+from diffgrpo.store.artifacts import read_parquet, save_figure
+
+TABLES = ("probe_k_sweep", "probe_adaptive")
+FIGURES = ("fig_probe_k_sweep",)
+
+
+def plot(sweep) -> Figure:
+    fig = Figure(figsize=(8, 3.5))
+    left, right = fig.subplots(1, 2)
+    for pol, g in sweep.groupby("policy", sort=False):
+        left.plot(g["k"], g["overlap_pct"], marker="o", label=pol)
+        right.plot(g["k"], g["predicted_learnable_pct"], marker="o", label=pol)
+    left.set(xscale="log", xlabel="probe samples per prompt (K)", ylabel="overlap with the full probe's selection (%)")
+    right.set(xscale="log", xlabel="probe samples per prompt (K)", ylabel="predicted learnable % (full p_hat)")
+    left.legend(fontsize=7)
+    return fig
+
+
+def write(study) -> dict:
+    cfg = study.cfg
+    path = layout.probe_dir(cfg) / layout.SAMPLES
+    if not path.exists():
+        return {}
+    samples = read_parquet(path, "01_probe")
+    n = budget_size(samples["prompt_id"].nunique(), cfg.select.budget_frac, cfg.select.budget_count)
+    try:
+        sweep = probe_budget.k_sweep(samples, n, cfg.train.group_size, cfg.select.seed)
+        totals, per_policy = probe_budget.adaptive(samples, n, cfg.select.seed)
+    except SelectionError as err:  # e.g. middle: too few prompts in the interquartile range
+        study.write_table("probe_k_sweep", "Probe K sweep", pd.DataFrame(), f"Not computed: {err}")
+        study.write_table("probe_adaptive", "Adaptive probing", pd.DataFrame(), f"Not computed: {err}")
+        return {}
+    study.write_table("probe_k_sweep", f"Probe K sweep: the first K samples of each prompt, selections of {n} prompts "
+                      "against the full probe's", sweep.round(DIGITS))
+    study.write_table("probe_adaptive", f"Adaptive probing: rounds of {totals['round_size']}, a prompt stopped once "
+                      f"its Beta(1, 1) posterior puts >= {totals['confidence']} on p < {totals['edge']} or p > "
+                      f"{1 - totals['edge']:g}; {totals['completions_adaptive']:,} of {totals['completions_full']:,} "
+                      f"completions ({totals['saved_pct']}% saved)", per_policy.round(DIGITS))
+    save_figure(plot(sweep), study.out / "fig_probe_k_sweep.png")
+    return {"probe_budget": {"budget": n, "k_sweep": sweep.round(DIGITS).to_dict("records"),
+                             "adaptive": {**totals, "policies": per_policy.round(DIGITS).to_dict("records")}}}

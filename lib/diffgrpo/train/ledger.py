@@ -1,0 +1,108 @@
+"""A run's compute ledger (its manifest's ``ledger``, the report's ``compute`` section): what the
+run cost in completions (rollouts), tokens and seconds, the probe that chose its prompts included.
+
+How the probe is charged: **in full to every run whose selection read it** (a policy that reads
+p_hat or the one-sample probe, :attr:`diffgrpo.policies.Policy.reads_probe`; a posterior
+warm-started from it, ``train.online.warm_start``; or an arm that says so, ``charge_probe:
+true``). A probe that several arms share is charged to each of them in full, not split: each
+arm's selection needed the whole probe, and an arm compared alone (one arm of a study against
+an online method) would otherwise look cheaper the more arms shared its probe. A run whose
+selection did not read it (``random``, ``all``) is charged nothing for it.
+
+Training: every completion generated (those of groups dynamic sampling or an online band
+dropped too), kept and dropped, their tokens (``groups.parquet``'s ``completion_tokens``; None
+for groups recorded before it existed), and the seconds of the sessions that finished: CPU
+seconds of the training process, GPU seconds (wall seconds x processes on a cuda device; 0 on
+a CPU). ``total_rollouts`` = probe completions charged + training completions generated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from diffgrpo import policies
+from diffgrpo.params import Config
+from diffgrpo.store import artifacts, layout
+
+#: how a probe several arms share is charged, in words (the manifest and the report say it)
+PROBE_CHARGE = "in full to every arm whose selection read it (each arm's selection needed the whole probe)"
+
+
+def charges_probe(cfg: Config, arm: str) -> bool:
+    """Whether ``arm``'s runs are charged the probe (module docstring); ``cfg``: the arm's."""
+    a = cfg.arm(arm)
+    if a.charge_probe is not None:
+        return a.charge_probe
+    online = cfg.train.online
+    return policies.get(a.select).reads_probe or (online.method == "posterior" and online.warm_start)
+
+
+def probe_cost(cfg: Config) -> dict[str, Any]:
+    """The pool probe's completions and tokens (K samples a prompt, and the greedy one-sample
+    probe's when it ran) from its files, and the seconds its manifest recorded (None: a probe
+    made before the ledger). No probe folder: None for each, and ``missing`` its path."""
+    out = layout.probe_dir(cfg)
+    if not (out / layout.PROMPTS).exists():  # a selection written without a probe (tests, a plugin's own)
+        return {"completions": None, "tokens": None, "cpu_seconds": None, "gpu_seconds": None,
+                "missing": artifacts.relative(out, layout.study_dir(cfg))}
+    prompts = artifacts.read_parquet(out / layout.PROMPTS, "01_probe")
+    completions = int(prompts["k"].sum())
+    tokens = float((prompts["k"] * prompts["mean_tokens"]).sum())
+    if (out / layout.ONE_SAMPLE).exists():
+        one = artifacts.read_parquet(out / layout.ONE_SAMPLE, "01_probe")
+        completions += len(one)
+        tokens += float(one["num_tokens"].sum())
+    seconds = artifacts.read_json(out / layout.MANIFEST, "01_probe").get("seconds") or {}
+    return {"completions": completions, "tokens": int(round(tokens)),
+            "cpu_seconds": seconds.get("cpu"), "gpu_seconds": seconds.get("gpu")}
+
+
+def training_cost(groups: list[dict]) -> dict[str, Any]:
+    """Completions generated, kept and dropped, and their tokens, from a run's groups."""
+    df = pd.DataFrame(groups)
+    if df.empty:
+        return {"completions_generated": 0, "completions_kept": 0, "completions_dropped": 0, "tokens_generated": 0}
+    n = df["rewards"].map(len)
+    kept = int(n[df["kept"].astype(bool)].sum())
+    tokens = df["completion_tokens"] if "completion_tokens" in df else pd.Series([np.nan] * len(df))
+    return {"completions_generated": int(n.sum()), "completions_kept": kept, "completions_dropped": int(n.sum()) - kept,
+            "tokens_generated": None if tokens.isna().any() else int(tokens.sum())}
+
+
+def ledger(cfg: Config, arm: str, groups: list[dict], seconds: dict[str, float]) -> dict[str, Any]:
+    """The run's ledger: the probe's charge, its training's cost (:func:`training_cost`) and
+    ``seconds`` (cpu, gpu, wall: every finished session's), and the totals."""
+    charged = charges_probe(cfg, arm)
+    probe = {"charged": charged, "charge": PROBE_CHARGE,
+             **(probe_cost(cfg) if charged else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
+    train = {**training_cost(groups), **{f"{k}_seconds": round(v, 1) for k, v in seconds.items()}}
+    unknown = probe["completions"] is None
+    tokens = None if unknown or train["tokens_generated"] is None else probe["tokens"] + train["tokens_generated"]
+    return {"probe": probe, "train": train,
+            "total_rollouts": None if unknown else probe["completions"] + train["completions_generated"],
+            "total_tokens": tokens}
+
+
+def planned_rollouts(cfg: Config, arm: str) -> int | None:
+    """The total rollouts an arm is planned to spend: its ``train.max_completions`` plus the probe
+    it is charged (pool size x K, and the pool once more with the one-sample probe); None for an
+    arm with no completion budget. Arms with equal planned totals are compared at equal budget
+    (the report's ``budgets`` section); a run overshoots its budget by less than one step."""
+    acfg = cfg.for_arm(arm)
+    if acfg.train.max_completions is None:
+        return None
+    pool = cfg.dataset.pool_size or 0
+    probe = pool * cfg.probe.k + (pool if cfg.probe.one_sample else 0) if charges_probe(acfg, arm) else 0
+    return acfg.train.max_completions + probe
+
+
+def arm_kind(cfg: Config, arm: str) -> str:
+    """``online`` (train.online or dynamic sampling chooses inside training), ``offline`` (its
+    selection read the probe) or ``no probe`` (neither: random or the whole pool as it is)."""
+    acfg = cfg.for_arm(arm)
+    if acfg.train.online.method != "none" or acfg.train.dynamic_sampling.enabled:
+        return "online"
+    return "offline" if charges_probe(acfg, arm) else "no probe"

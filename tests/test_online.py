@@ -1,0 +1,131 @@
+"""Online selection (diffgrpo.train.online) and the compute ledger (diffgrpo.train.ledger) as
+functions of a run's history and files; the trainer running them on a model is in
+tests/test_train.py (``test_online_*``, ``test_the_ledger_*``)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diffgrpo import params
+from diffgrpo.params import ParamsError
+from diffgrpo.store import artifacts, layout
+from diffgrpo.train import ledger
+from diffgrpo.train.online import OnlineSelection
+
+IDS = [f"p{i}" for i in range(10)]
+
+
+def settings(**kw):
+    return params.load("tiny", overrides={f"train.online.{k}": v for k, v in kw.items()}).train.online
+
+
+def group(step, pid, scores):
+    r = np.asarray(scores, float)
+    return {"step": step, "prompt_id": pid, "rewards": list(r), "scores": list(r), "reward_mean": float(r.mean()),
+            "learnable": bool(r.max() > r.min()), "kept": True}
+
+
+def test_band_keeps_mixed_groups_whose_mean_lies_in_it():
+    sel = OnlineSelection(settings(method="band", band=[0.25, 0.5]), 0, IDS)
+    assert [sel.keep(group(1, "p0", s)) for s in ([0, 0, 0, 1], [0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1])] == \
+        [True, True, False, False]
+    off = OnlineSelection(settings(method="none"), 0, IDS)  # dynamic sampling's own rule: any mixed group
+    assert off.keep(group(1, "p0", [0, 1, 1, 1])) and not off.keep(group(1, "p0", [1, 1, 1, 1]))
+
+
+def test_the_posterior_counts_every_earlier_group_and_the_probe_when_warm():
+    past = [group(1, "p0", [1, 1, 0, 1]), group(2, "p0", [0, 0, 0, 0]), group(3, "p0", [1, 1, 1, 1])]
+    cold = OnlineSelection(settings(method="posterior"), 0, IDS)
+    a, b = cold.posterior(past, step=3)  # step 3's own group is not yet evidence
+    assert (a[0], b[0]) == (1 + 3, 1 + 5) and (a[1], b[1]) == (1, 1)
+    warm = OnlineSelection(settings(method="posterior", warm_start=True), 0, IDS, {"p1": (2, 8)})
+    a, b = warm.posterior(past, step=3)
+    assert (a[1], b[1]) == (1 + 2, 1 + 6)
+    decayed = OnlineSelection(settings(method="posterior", decay=0.5), 0, IDS)
+    a, b = decayed.posterior(past, step=3)  # step 1's group is 1 step older than step 2's
+    assert (a[0], b[0]) == (1 + 0.5 * 3, 1 + 0.5 * 1 + 4)
+
+
+def test_thompson_sampling_prefers_prompts_near_the_target_and_replays_by_seed():
+    """Prompts seen 40 times all-right or all-wrong are almost never drawn near 0.5; prompts at
+    0.5 are; the same (seed, step) draws the same prompts, another step others."""
+    past = [group(1, pid, [1] * 40) for pid in IDS[:4]] + [group(1, pid, [0] * 40) for pid in IDS[4:8]]
+    past += [group(1, pid, [1] * 20 + [0] * 20) for pid in IDS[8:]]
+    sel = OnlineSelection(settings(method="posterior", target=0.5), 3, IDS)
+    chosen, skipped = sel.choose(IDS[:2], past, step=2)
+    assert sorted(chosen) == ["p8", "p9"] and skipped == 0
+    assert sel.choose(IDS[:2], past, step=2)[0] == chosen
+    high = OnlineSelection(settings(method="posterior", target=1.0), 3, IDS).choose(IDS[:4], past, step=2)[0]
+    assert set(high) == set(IDS[:4])
+    fresh = OnlineSelection(settings(method="posterior"), 3, IDS)
+    draws = {tuple(fresh.choose(IDS[:3], [], step=s)[0]) for s in range(1, 6)}
+    assert len(draws) > 1  # with no evidence the draw varies by step
+
+
+def test_skip_zero_variance_skips_flat_prompts_and_fills_with_others():
+    past = [group(1, "p0", [1, 1, 1, 1]), group(1, "p1", [0, 1, 0, 1]), group(2, "p2", [0, 0, 0, 0])]
+    never = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0), 0, IDS)
+    chosen, skipped = never.choose(["p0", "p1", "p2"], past, step=3)
+    assert skipped == 2 and chosen[0] == "p1" and not {"p0", "p2"} & set(chosen) and len(set(chosen)) == 3
+    always = OnlineSelection(settings(method="skip_zero_variance", recheck=1.0), 0, IDS)
+    assert always.choose(["p0", "p1", "p2"], past, step=3) == (["p0", "p1", "p2"], 0)
+    window = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0, window=2), 0, IDS)
+    assert window.choose(["p0", "p2"], past, step=3) == (["p0", "p2"], 0)  # one flat group is not two
+    everyone_flat = [group(1, pid, [1, 1]) for pid in IDS]
+    chosen, skipped = never.choose(IDS[:2], everyone_flat, step=2)  # nothing else to take: the skipped come back
+    assert chosen == IDS[:2] and skipped == 2
+
+
+def test_online_treatments_compose_with_any_policy_and_are_keyed_only_when_on():
+    cfg = params.load("tiny", overrides={"arms": ["hard", "all_posterior", "random_online_band",
+                                                  "middle_skip_zero_variance", "all_posterior_warm"]})
+    assert cfg.arm("all_posterior").select == "all" and cfg.arm("random_online_band").select == "random"
+    assert cfg.for_arm("all_posterior_warm").train.online.warm_start
+    keys = {a.name: layout.run_key(cfg.for_arm(a.name), ["x"])["train"] for a in cfg.arms}
+    assert "online" not in keys["hard"]
+    assert keys["all_posterior"]["online"]["method"] == "posterior"
+    assert keys["middle_skip_zero_variance"]["online"]["method"] == "skip_zero_variance"
+    from diffgrpo.train import run_levels
+
+    assert run_levels(cfg.for_arm("random_online_band"), "random_online_band", 12)[0].dynamic_rounds == \
+        cfg.train.dynamic_sampling.max_rounds  # the band refills as dynamic sampling does
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("train.online.band", [0.8, 0.2], "low <= high"),
+    ("train.online.prior", [1.0], "Beta prior"),
+    ("train.online.method", "thompson", "train.online.method"),
+])
+def test_bad_online_settings_name_their_key(key, value, says):
+    with pytest.raises(ParamsError, match=says):
+        params.load("tiny", overrides={key: value})
+
+
+def test_choosing_methods_need_one_process():
+    with pytest.raises(ParamsError, match="train.online.method.*num_processes"):
+        params.load("tiny", overrides={"train.online.method": "posterior", "train.num_processes": 2})
+
+
+def test_the_probe_is_charged_to_the_arms_whose_selection_read_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    arms = ["hard", "random", "all_posterior", "all_posterior_warm",
+            {"name": "random_charged", "select": "random", "charge_probe": True}]
+    cfg = params.load("tiny", overrides={"arms": arms})
+    charged = {a.name: ledger.charges_probe(cfg.for_arm(a.name), a.name) for a in cfg.arms}
+    assert charged == {"hard": True, "random": False, "all_posterior": False, "all_posterior_warm": True,
+                       "random_charged": True}
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a", "b"], "k": [4, 4],
+                                                                  "mean_tokens": [10.0, 20.5]}))
+    artifacts.write_json(probe / layout.MANIFEST, {"seconds": {"cpu": 7.0, "gpu": 0.0, "wall": 8.0}})
+    groups = [{**group(1, "a", [0, 1, 1, 1]), "completion_tokens": 30},
+              {**group(1, "b", [1, 1, 1, 1]), "completion_tokens": 12, "kept": False}]
+    seconds = {"cpu": 3.0, "gpu": 0.0, "wall": 4.0}
+    hard = ledger.ledger(cfg, "hard", groups, seconds)
+    assert hard["probe"] | {"charge": None} == {"charged": True, "charge": None, "completions": 8, "tokens": 122,
+                                                 "cpu_seconds": 7.0, "gpu_seconds": 0.0}
+    assert hard["train"] == {"completions_generated": 8, "completions_kept": 4, "completions_dropped": 4,
+                             "tokens_generated": 42, "cpu_seconds": 3.0, "gpu_seconds": 0.0, "wall_seconds": 4.0}
+    assert (hard["total_rollouts"], hard["total_tokens"]) == (16, 164)
+    rand = ledger.ledger(cfg, "random", groups, seconds)
+    assert rand["probe"]["completions"] == 0 and rand["total_rollouts"] == 8

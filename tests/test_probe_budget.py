@@ -1,0 +1,56 @@
+"""A cheaper probe from one probe's samples (diffgrpo.analysis.probe_budget): the K sweep and
+adaptive probing, on samples whose answers are known."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diffgrpo.analysis import probe_budget
+
+
+def samples(rows: list[list[int]]) -> pd.DataFrame:
+    return pd.DataFrame([{"prompt_id": f"q{i:02d}", "sample": j, "correct": bool(c)}
+                         for i, row in enumerate(rows) for j, c in enumerate(row)])
+
+
+@pytest.fixture
+def pool():
+    """40 prompts x 16 samples: 10 never right, 10 always right, 20 at success rates spread over (0, 1)."""
+    rng = np.random.default_rng(0)
+    rows = [[0] * 16] * 10 + [[1] * 16] * 10
+    rows += [list((rng.random(16) < p).astype(int)) for p in np.linspace(0.2, 0.8, 20)]
+    return samples(rows)
+
+
+def test_the_full_k_reproduces_the_full_probe_and_fewer_samples_drift(pool):
+    sweep = probe_budget.k_sweep(pool, n=8, group_size=8).set_index(["k", "policy"])
+    assert sorted({k for k, _ in sweep.index}) == [1, 2, 4, 8, 16]
+    full = sweep.loc[16]
+    assert (full["overlap_pct"] == 100).all() and (full["p_hat_error"] == 0).all()
+    assert sweep.loc[(1, "hard"), "p_hat_error"] > sweep.loc[(8, "hard"), "p_hat_error"] > 0
+    assert (sweep["completions"] == sweep.index.get_level_values("k") * 40).all()
+    # hard at K = 16 picks the never-right prompts: nothing learnable predicted
+    assert full.loc["hard", "predicted_learnable_pct"] == 0
+    assert full.loc["middle", "predicted_learnable_pct"] > 90
+
+
+def test_adaptive_probing_stops_flat_prompts_early_and_says_what_it_cost(pool):
+    _, x = probe_budget.correct_matrix(pool)
+    taken = probe_budget.adaptive_n(x, round_size=2, edge=0.3, confidence=0.75)
+    # all wrong after m samples: P(p < 0.3) = 1 - 0.7^(m + 1), first >= 0.75 at m = 4
+    assert (taken[:20] == 4).all()
+    assert (taken[20:] > 4).any()
+    totals, per_policy = probe_budget.adaptive(pool, n=8)
+    assert totals["completions_full"] == 640 and totals["completions_adaptive"] == int(taken.sum())
+    assert totals["saved_pct"] == pytest.approx(100 * (1 - taken.sum() / 640), abs=0.01)
+    assert list(per_policy["policy"]) == ["hard", "middle", "easy"]
+    # hard picks 8 of the prompts at p_hat 0: a mixed prompt stopped at 0 of 4 ties with them, nothing else
+    hard = per_policy.set_index("policy").loc["hard"]
+    stopped_at_zero = int(((taken[20:] == 4) & (x[20:, :4].sum(axis=1) == 0)).sum())
+    assert hard["overlap_pct"] >= 100 * (8 - stopped_at_zero) / 8 - 1e-9
+
+
+def test_a_prompt_short_of_samples_is_named():
+    bad = samples([[0, 1], [1, 1]]).iloc[:-1]
+    with pytest.raises(ValueError, match="q01"):
+        probe_budget.correct_matrix(bad)
