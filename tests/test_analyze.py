@@ -753,3 +753,19 @@ def test_one_seed_intervals_are_the_percentile_bootstrap_as_before():
     arm = uncertainty.arm_intervals(_scores({("a", 0): run}, base), boot).iloc[0]
     legacy = np.random.default_rng([0, 0]).multinomial(300, np.full(300, 1 / 300), size=2000) / 300
     assert [arm["ci_low"], arm["ci_high"]] == uncertainty.interval(legacy @ (100.0 * (run - base)))
+
+
+def test_the_result_in_words_names_each_arm_by_gain_with_its_interval():
+    """05_analyze shows this before its tables: the committed default study's summary, in words."""
+    from diffgrpo.analysis.report import in_words
+
+    summary = json.loads((Path(__file__).resolve().parents[1] / "docs/results/embedded/summary.json").read_text())
+    text = in_words(summary)
+    assert text.startswith(f"**Verdict:** {summary['verdict']}")
+    bullets = [line for line in text.splitlines() if line.startswith("- **")]
+    by_gain = sorted(summary["arms"], key=lambda a: -summary["arms"][a]["gain_pp"])
+    assert [b.split("**")[1] for b in bullets] == by_gain
+    hard = summary["arms"]["hard"]
+    assert f"- **hard**: {hard['gain_pp']:+.1f} [{hard['ci95'][0]:+.1f}, {hard['ci95'][1]:+.1f}], 4 seeds" in text
+    assert "random_reward** (a control" in text
+    assert f"R² = {summary['regression']['r2']:.2f}" in text
