@@ -13,7 +13,7 @@ GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d'
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study test test-unit test-all setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
+.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
 
 setup: $(STAMP)
 
@@ -41,11 +41,11 @@ study: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster" -q -rs -p no:cacheprovider
+	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider
 
 ## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download" -q -rs -p no:cacheprovider
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)
@@ -70,6 +70,17 @@ references: $(STAMP)
 ## JupyterLab on this project's kernel
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
+
+## the stage notebooks in JupyterLab in a headless Chromium (tests/test_lab.py): each runs the tiny
+## study through the UI on the diffgrpo kernel; screenshots in $(LAB_SCREENSHOTS). Needs Debian's
+## chromium (installed here when missing, as root: `apt-get install -y chromium`) and Playwright
+## (the `browser` extra), which drives that Chromium by its path: its own browser download is not used.
+LAB_SCREENSHOTS ?= outputs/test-lab
+test-lab: $(STAMP)
+	command -v chromium >/dev/null || apt-get install -y --no-install-recommends chromium
+	$(PY) -c 'import playwright' 2>/dev/null || $(PY) -m pip install --quiet -e '.[test,browser]'
+	LAB_SCREENSHOTS=$(abspath $(LAB_SCREENSHOTS)) $(PY) -m pytest -m lab -q -rs -p no:cacheprovider tests/test_lab.py
+	ls $(LAB_SCREENSHOTS)
 
 ## the GPU environment in .venv-gpu: vLLM 0.31 with its own pins (requirements-gpu.txt; docs/gpu.md)
 # torch first, alone, as `torch===2.13.0`: the exact version string excludes local builds such

@@ -7,6 +7,7 @@ collection and a test session never touches the repository's outputs/.
 
 import os
 import tempfile
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -41,6 +42,47 @@ def executed_notebooks(study_root, cfg) -> list:
     runs = [layout.run_id(a, s) for a, s in layout.planned_runs(cfg)]
     return ([nb / f"{s}.ipynb" for s in ("01_probe", "02_select", "05_analyze")] + [nb / "04_evaluate" / "base.ipynb"]
             + [nb / stage / f"{rid}.ipynb" for stage in ("03_train", "04_evaluate") for rid in runs])
+
+
+def notebook_blemishes(path, machine_paths) -> list[str]:
+    """What a reader should not find in an executed notebook, each named by notebook and cell: an
+    error output, a warning or a traceback in what a cell shows, a bar redrawn in place (``\\r``),
+    and anywhere in the file (outputs and metadata, images left out) one of ``machine_paths``."""
+    import json
+    import re
+
+    book = json.loads(Path(path).read_text())
+    found = []
+    for i, cell in enumerate(book["cells"]):
+        where = f"{Path(path).name} cell {i} ({cell.get('id', '')})"
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "error":
+                found.append(f"{where}: raised {out.get('ename')}: {out.get('evalue')}")
+            data = out.get("data", {})
+            for key in [k for k in data if k.startswith("image/")]:
+                del data[key]
+            shown = "".join(out.get("text", "")) + "".join("".join(v) if isinstance(v, list) else str(v)
+                                                           for v in data.values())
+            hit = re.search(r"(?i)\bwarning\b|\w+Warning\b|Traceback \(most recent call last\)", shown)
+            if hit:
+                found.append(f"{where}: shows {hit.group(0)!r}: {shown[max(0, hit.start() - 80):hit.end() + 80]!r}")
+            if "\r" in shown:
+                found.append(f"{where}: a progress bar redrawn in place")
+    text = json.dumps(book)
+    found += [f"{Path(path).name}: holds the machine path {p}" for p in machine_paths if p and p in text]
+    return found
+
+
+def machine_paths() -> set[str]:
+    """This machine's absolute paths that an executed notebook must not show: the checkout, the
+    environment, the outputs folder, the home folder."""
+    import sys
+
+    from diffgrpo.store.artifacts import outputs_root
+
+    paths = {str(Path(__file__).resolve().parents[1]), sys.prefix, str(Path(sys.prefix).resolve()),
+             str(outputs_root().resolve()), os.environ.get("DIFFGRPO_OUTPUTS", ""), str(Path.home())}
+    return {p for p in paths if len(p) > 4}
 
 
 def tensorboard_scalars(logdir) -> dict[str, dict[int, float]]:

@@ -901,3 +901,19 @@ def test_the_compute_ledger_and_arms_at_equal_budget_in_the_report(tmp_path, mon
     assert at["verdict"].startswith("At 1,400 total rollouts hard (offline) gains most, +12.5 points [")
     assert at["verdict"].endswith("ahead of every other arm at this budget (Holm-adjusted).")
     assert (out / "fig_gain_vs_rollouts.png").exists() and (out / "fig_accuracy_vs_rollouts.png").exists()
+
+
+def test_the_result_in_words_names_each_arm_by_gain_with_its_interval():
+    """05_analyze shows this before its tables: the committed default study's summary, in words."""
+    from diffgrpo.analysis.report import in_words
+
+    summary = json.loads((Path(__file__).resolve().parents[1] / "docs/results/embedded/summary.json").read_text())
+    text = in_words(summary)
+    assert text.startswith(f"**Verdict:** {summary['verdict']}")
+    bullets = [line for line in text.splitlines() if line.startswith("- **")]
+    by_gain = sorted(summary["arms"], key=lambda a: -summary["arms"][a]["gain_pp"])
+    assert [b.split("**")[1] for b in bullets] == by_gain
+    hard = summary["arms"]["hard"]
+    assert f"- **hard**: {hard['gain_pp']:+.1f} [{hard['ci95'][0]:+.1f}, {hard['ci95'][1]:+.1f}], 4 seeds" in text
+    assert "random_reward** (a control" in text
+    assert f"R² = {summary['regression']['r2']:.2f}" in text

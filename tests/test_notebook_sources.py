@@ -5,12 +5,15 @@ tests/notebooks/ are executions of the current notebooks (same cells), not of ol
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import papermill
 import pytest
 
 from diffgrpo.study import notebooks
+
+from conftest import machine_paths, notebook_blemishes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +31,14 @@ def test_the_nbval_reference_runs_the_current_notebook(stage):
     assert code_cells(reference) == code_cells(current), (
         f"tests/notebooks/{stage}.ipynb was executed from another version of notebooks/{stage}.ipynb; "
         "run `make references` and review the diff")
+
+
+@pytest.mark.parametrize("stage", notebooks.STAGES)
+def test_the_committed_reference_holds_no_warning_traceback_or_machine_path(stage):
+    reference = ROOT / "tests" / "notebooks" / f"{stage}.ipynb"
+    assert notebook_blemishes(reference, machine_paths()) == []
+    absolute = re.findall(r"(?<![\w.])/(?:work|tmp|home|root|usr|opt|var)/[\w./-]*", reference.read_text())
+    assert absolute == [], f"tests/notebooks/{stage}.ipynb names this machine's paths; run `make references`"
 
 
 @pytest.mark.parametrize("stage", notebooks.STAGES)

@@ -182,3 +182,18 @@ def test_a_process_count_that_does_not_split_an_update_is_refused_by_the_plan():
     two = params.load("paper003_gsm8k_qwen3_4b", overrides={"train.num_processes": 2})
     table = plan.plan(two, graph.jobs(two, {"params_file": "paper003_gsm8k_qwen3_4b", "overrides": {}}))
     assert set(table.loc[table["stage"] == "03_train", "accumulation"]) == {2}  # 16 prompts a process, 8 a pass
+
+
+def test_the_notebooks_plan_is_one_row_per_stage_and_adds_up_to_the_jobs():
+    """What every stage notebook prints: a few lines (the 44 jobs of the default study in five
+    rows), with the per-job table's totals."""
+    cfg = params.load("embedded")
+    table = plan.plan(cfg, graph.jobs(cfg, {"params_file": "embedded", "overrides": {}}))
+    text = plan.brief(cfg, table)
+    assert len(table) == 44 and len(text.splitlines()) <= 12
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip().startswith("0")}
+    assert list(rows) == ["01_probe", "02_select", "03_train", "04_evaluate", "05_analyze"]
+    train = table[table["stage"] == "03_train"]
+    assert rows["03_train"][1:5] == [str(len(train)), str(train["completions"].sum()),
+                                     str(train["tokens_generated"].sum()), str(train["tokens_trained"].sum())]
+    assert "0.898M-parameter model" in text

@@ -16,7 +16,7 @@ from diffgrpo.store import layout
 from diffgrpo.study import notebooks
 from diffgrpo import params, select, study
 
-from conftest import executed_notebooks, tensorboard_scalars
+from conftest import executed_notebooks, machine_paths, notebook_blemishes, tensorboard_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 from diffgrpo.params import ParamsError
@@ -42,6 +42,21 @@ def test_study_writes_every_stage_and_the_report(tiny_study):
     for name in ("table1_gain.md", "table2_learnable.md", "fig2_accuracy_by_checkpoint.png",
                  "fig3_learnable_vs_gain.png", "fig_p_hat.png"):
         assert (report / name).stat().st_size > 0
+
+
+def test_the_executed_notebooks_read_as_pages(tiny_study):
+    """What a researcher opens after `make study`: no warning, traceback or machine path in any
+    executed notebook, and each long loop's progress as a few lines (diffgrpo.progress "record",
+    which the runner asks for), not a redraw per step."""
+    cfg = params.load("tiny")
+    found = [b for nb in executed_notebooks(tiny_study, cfg) for b in notebook_blemishes(nb, machine_paths())]
+    assert found == []
+    train = json.loads((tiny_study / "notebooks" / "03_train" / "hard-seed0.ipynb").read_text())
+    printed = ["".join(o.get("text", "")) for c in train["cells"] for o in c.get("outputs", [])]
+    record = [line for text in printed for line in text.splitlines() if line.startswith("hard-seed0: ")]
+    assert len(record) <= 5  # none when the nbval notebooks of this session trained the run already
+    assert not record or record[-1].startswith(f"hard-seed0: {cfg.train.max_steps}/{cfg.train.max_steps} step")
+    assert not any("Loading weights" in text for text in printed)
 
 
 def test_each_run_has_its_curves_in_tensorboard(tiny_study):

@@ -404,3 +404,27 @@ def figure_files(cfg: Config) -> list[Path]:
     out = layout.report_dir(cfg)
     paths = [out / f"{fig}.png" for name in sections.names() for fig in sections.get(name).FIGURES]
     return [p for p in paths if p.exists()]
+
+
+def in_words(summary: dict) -> str:
+    """The study's result as a short page of Markdown, for 05_analyze to show before its tables:
+    the verdict, each arm's gain with its interval (largest first), and the Figure 3 fit."""
+    arms = summary.get("arms", {})
+    runs = summary.get("runs", [])
+    base = f" over the base model's {summary['metric']} of {runs[0]['base_acc']:.3f}" if runs else ""
+    lines = [f"**Verdict:** {summary['verdict']}.", "",
+             f"Each arm's gain{base}, in points, with its 95% interval:", ""]
+    for name, arm in sorted(arms.items(), key=lambda kv: -kv[1]["gain_pp"]):
+        lo, hi = arm["ci95"]
+        control = "" if arm.get("reward") == "verifier" else " (a control: trained on another reward than the verifier's)"
+        seeds = f"{arm['n_seeds']} seed" + ("" if arm["n_seeds"] == 1 else "s")
+        lines.append(f"- **{name}**{control}: {arm['gain_pp']:+.1f} [{lo:+.1f}, {hi:+.1f}], {seeds}, "
+                     f"{arm['learnable_pct']:.0f}% of its groups learnable")
+    fit, paper = summary.get("regression", {}), summary.get("paper_regression", {})
+    if fit.get("n"):
+        r2 = "undefined (the gains do not vary)" if fit.get("r2") is None else f"{fit['r2']:.2f}"
+        ci = fit.get("r2_ci95")
+        lines += ["", f"Learnable % against gain (Figure 3): R² = {r2}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+                  + f" over {fit['n']} runs" + (f"; the paper's own points give {paper['r2']:.2f}." if paper.get("r2")
+                                               is not None else ".")]
+    return "\n".join(lines)

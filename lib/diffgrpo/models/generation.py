@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 from transformers import GenerationConfig
+
+from diffgrpo import progress as progress_bars
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class HFGenerator:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(seed)
-            bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+            bar = progress_bars.bar(len(jobs), desc, unit="completion", disable=not progress)
             for start in range(0, len(jobs), self.batch_size):
                 batch = jobs[start : start + self.batch_size]
                 ids, mask = left_pad([encoded[i] for i, _ in batch], self.pad_id)

@@ -47,7 +47,8 @@ def load_model(
         path, gguf_file = dequantized_gguf(Path(path), gguf_file, dtype), None
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), **extra)
+    with quiet_loading_bars():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), **extra)
     if gguf_file:
         drop_dequantized_gguf_marker(model)
     if adapter is not None:
@@ -61,6 +62,24 @@ def load_model(
     if device is not None:
         model.to(device)
     return model.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def quiet_loading_bars():
+    """transformers' "Loading weights" bar off, except in a terminal (:func:`diffgrpo.progress.mode`
+    "text"): in a notebook it is one more bar per load, kept in the executed copy."""
+    from transformers.utils import logging as hf_logging
+
+    from diffgrpo import progress
+
+    if progress.mode() == "text" or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 def _dtype(dtype: str):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
+from diffgrpo import progress as progress_bars
 from diffgrpo.store import artifacts
 from diffgrpo.models import resolve, vllm_engine
 from diffgrpo.models.generation import HFGenerator
@@ -45,7 +45,7 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
         generator.check_prompts(list(rows["id"]), list(rows["prompt"]), max_new_tokens,
                                 where=rows.attrs.get("source"))
     parts = []
-    bar = tqdm(total=len(rows), desc=desc, unit="prompt", disable=not progress)
+    bar = progress_bars.bar(len(rows), desc, unit="prompt", disable=not progress)
     for i, chunk in enumerate(chunks):
         part = work_dir / f"part-{i:05d}.parquet"
         done = _readable(part)

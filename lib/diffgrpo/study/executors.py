@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tqdm.auto import tqdm
 
+from diffgrpo import progress
 from diffgrpo.registry import Registry
 from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
 
@@ -139,7 +139,7 @@ class LocalExecutor:
         seconds: dict[str, float] = {}
         failed: list[tuple[NotebookJob, str]] = []
         by_name = {j.name: j for j in jobs}
-        bar = tqdm(total=len(jobs), desc=f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
+        bar = progress.bar(len(jobs), f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
         shown = ""  # the running jobs the bar names, redrawn only when they change
         parent = os.getpid()
         greedy = [j for j in jobs if self.gpus and j.stage in GPU_STAGES and j.gpus > len(self.gpus)]

@@ -106,20 +106,54 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
              kernel: str | None, progress: bool) -> Path:
     import papermill
 
+    from diffgrpo import progress as progress_bars
+
+    # the kernel papermill starts inherits this process's environment: its bars print a few lines
+    # (diffgrpo.progress "record") instead of a redraw per step that the executed notebook would keep
+    was = os.environ.get(progress_bars.ENV)
+    os.environ[progress_bars.ENV] = "record"
     try:
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
                                    progress_bar=progress, cwd=str(nb.parent))
     except papermill.PapermillExecutionError as err:
         if running.exists():
+            _paths_relative(running, nb, failed)
             running.replace(failed)
         raise StageFailed(f"{stage}: {err.ename}: {err.evalue}\n  the traceback is in {failed}") from None
     except BaseException:
         if running.exists():
             running.replace(failed)
         raise
+    finally:
+        if was is None:
+            os.environ.pop(progress_bars.ENV, None)
+        else:
+            os.environ[progress_bars.ENV] = was
     failed.unlink(missing_ok=True)
+    _paths_relative(running, nb, out_path)
     running.replace(out_path)
     return out_path
+
+
+def _paths_relative(executed: Path, nb: Path, final: Path) -> None:
+    """papermill records the notebook's and its copy's absolute paths in the copy's metadata;
+    a shared or committed copy names them relative to the checkout and to the outputs folder."""
+    import nbformat
+
+    from diffgrpo.store.artifacts import outputs_root
+
+    book = nbformat.read(str(executed), as_version=4)
+    meta = book.metadata.get("papermill", {})
+    meta["input_path"] = _relative(nb, checkout_root())
+    meta["output_path"] = _relative(final, outputs_root())
+    nbformat.write(book, str(executed))
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return Path(path).name
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -45,16 +45,20 @@ from diffgrpo.tasks import TaskError
 
 
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
-    """What each stage notebook is given: every path absolute. The kernels run in
-    ``notebooks/``; a path as the user typed it means the folder the command ran in (a plugin
-    file found there too: its absolute path, as validation recorded it)."""
+    """What each stage notebook is given. The kernels run in ``notebooks/``, so a path as the user
+    typed it, meaning the folder the command ran in, is made absolute (a plugin file found there
+    too, as validation recorded it); a file of the checkout's ``params/`` is named inside it
+    (``tiny.yaml``), so no executed notebook shows this machine's paths."""
     resolved = resolve.resolve_paths(cfg, Path.cwd())
     paths = {k: v for k, v in (("model.path", resolved.model.path), ("dataset.source", resolved.dataset.source),
                                ("analyze.compare", list(resolved.analyze.compare)))
              if v != params.get(cfg, k)}
     if cfg.plugins:
         paths["plugins"] = list(cfg.plugins)
-    return {"params_file": str(params.resolve(params_file).resolve()), "overrides": {**overrides, **paths}}
+    file = params.resolve(params_file).resolve()
+    if file.is_relative_to(params.params_dir().resolve()):
+        file = file.relative_to(params.params_dir().resolve())
+    return {"params_file": str(file), "overrides": {**overrides, **paths}}
 
 
 def main(argv: list[str] | None = None) -> int:

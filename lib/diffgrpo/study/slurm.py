@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
 
+from diffgrpo import progress
 from diffgrpo.store import artifacts, layout
 from diffgrpo.study.executors import EXECUTORS, NotebookJob, _error_of, check_graph
 from diffgrpo.study.notebooks import DIE_WITH_ENV, StageFailed
@@ -259,7 +259,7 @@ class SlurmExecutor:
         seconds: dict[str, float] = {}
         failed: list[str] = []
         cancelled: list[str] = []
-        bar = tqdm(total=len(jobs), desc="Slurm jobs", unit="nb", disable=not self.progress)
+        bar = progress.bar(len(jobs), "Slurm jobs", unit="nb", disable=not self.progress)
         shown, ended = "", {}  # when a job was first seen ended without its result file
         try:
             while pending:

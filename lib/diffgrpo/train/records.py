@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from diffgrpo import progress
 from diffgrpo.store import artifacts, layout
 from diffgrpo.models import devices
 from diffgrpo import rewards
@@ -142,7 +142,7 @@ class Progress(TrainerCallback):
         self.desc, self.bar = desc, None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc=self.desc, unit="step")
+        self.bar = progress.bar(state.max_steps, self.desc, unit="step", initial=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         self.bar.update(state.global_step - self.bar.n)

@@ -200,3 +200,23 @@ def render(cfg: Config, df) -> str:
     notes = [n for n in df.get("note", pd.Series(dtype=str)).dropna().unique() if n]
     return "\n".join([head, "", work, "", "memory (GiB) of each job's largest pass:", mem, "", total]
                      + [f"note: {n}" for n in notes])
+
+
+def brief(cfg: Config, df) -> str:
+    """The plan in a few lines, as a notebook's plan cell prints it: one row per stage (jobs,
+    completions, tokens, the largest pass's GiB, hours) and the whole; :func:`render` has every job."""
+    a = df.attrs
+    peak = df[[c for c in ("train_pass_gib", "generation_gib") if c in df]].max(axis=1)
+    stages = (df.assign(peak_gib=peak).groupby("stage")
+              .agg(jobs=("job", "size"), completions=("completions", "sum"), tokens_generated=("tokens_generated", "sum"),
+                   tokens_trained=("tokens_trained", "sum"), peak_gib=("peak_gib", "max"),
+                   hours_low=("hours_low", "sum"), hours_high=("hours_high", "sum")))
+    stages["hours"] = [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(stages.pop("hours_low"), stages.pop("hours_high"))]
+    stages["peak_gib"] = stages["peak_gib"].round(2).astype(object).where(stages["peak_gib"].notna(), "")
+    where = (f"on one {a['gpu']}" if cfg.model.device == "cuda"
+             else f"as it would cost on one {a['gpu']} (model.device is cpu: nothing is refused)")
+    size = f"{a['params'] / 1e9:.3g}B" if a["params"] >= 1e9 else f"{a['params'] / 1e6:.3g}M"
+    head = f"plan of study {a['study']!r}: {len(df)} jobs, a {size}-parameter model, {where}"
+    total = f"whole study, one job at a time: {df['hours_low'].sum():.1f}-{df['hours_high'].sum():.1f} h"
+    return "\n".join([head, "", stages.reset_index().to_string(index=False), "", total,
+                      "every job, its memory term by term: print(plan.render(cfg, study_plan))"])
