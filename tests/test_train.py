@@ -298,8 +298,7 @@ import sys
 from diffgrpo import params, tasks, train
 sys.path.insert(0, {tests!r})
 from test_train import EvenLength
-tasks._MODULES[EvenLength.name] = "shuffled_objects"
-tasks._REGISTRY[EvenLength.name] = EvenLength
+tasks.register(EvenLength)
 cfg = params.load({params_file!r}, defaults=False)
 train.train_run(cfg, "hard", seed=0, progress=False)
 """
