@@ -88,17 +88,26 @@ def train_flops_per_token(cfg: Config) -> tuple[int, int]:
     return trained, (2 if t.beta > 0 else 0) + (2 if old_policy else 0)
 
 
+def train_flops(shape: ModelShape, token_units: float) -> float:
+    """FLOPs of ``token_units`` (tokens x FLOPs a token in units of N, :func:`train_flops_per_token`):
+    N is the non-embedding parameters plus the LM head (a matmul too)."""
+    return token_units * (shape.layers * shape.layer_params + shape.vocab * shape.hidden)
+
+
+def compute_seconds(shape: ModelShape, gpu: GPU, token_units: float, end: int) -> float:
+    """Seconds of training's forwards and backwards over ``token_units`` at the ``train_mfu`` range's end."""
+    return train_flops(shape, token_units) / (gpu.bf16_tflops * 1e12 * THROUGHPUT["train_mfu"][1 - end])
+
+
 def train_seconds(cfg: Config, shape: ModelShape, gpu: GPU, w: TrainWork, prompt: int, end: int) -> float:
     """Seconds of one level of a run: the forward and backward passes over every row padded to the
     update's longest completion, the no-grad forwards over every generated row, TRL's generation
     of every completion, and with vLLM its engine's start and each step's weight sync."""
     t = cfg.train
-    nonembed = shape.layers * shape.layer_params + shape.vocab * shape.hidden  # the LM head is a matmul too
     row = prompt + THROUGHPUT["longest_completion_fraction"][end] * w.completion  # TRL pads each row to the longest
     steps = w.steps if w.max_completions is None else min(w.steps, math.ceil(w.completions / w.generation_batch))
     trained, scored = train_flops_per_token(cfg)
-    flops = (steps * w.generation_batch * trained + w.completions * scored) * row * nonembed
-    compute = flops / (gpu.bf16_tflops * 1e12 * THROUGHPUT["train_mfu"][1 - end])
+    compute = compute_seconds(shape, gpu, (steps * w.generation_batch * trained + w.completions * scored) * row, end)
     backend = "vllm" if t.use_vllm else "hf"
     batch = w.generation_batch
     share = t.vllm_gpu_memory_utilization if t.vllm_mode == "colocate" else None
