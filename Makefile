@@ -13,7 +13,7 @@ GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d'
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke slurm-local slurm-stop test-cluster
+.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster
 
 setup: $(STAMP)
 
@@ -113,6 +113,26 @@ test-gpu: $(GPU_STAMP)
 ## machine only: refuses where torch sees no GPU; scripts/gpu_smoke.py, docs/gpu.md)
 gpu-smoke: $(GPU_STAMP)
 	$(PY_GPU) scripts/gpu_smoke.py
+
+## the GPU path proven in one command on a lent GPU machine (no internet, at most 8 minutes by its own
+## estimate): scripts/gpu_accept.sh installs .wheels-gpu/ and runs scripts/gpu_accept.py, which writes
+## $(ACCEPT_OUT) after every step (docs/gpu.md, "The acceptance run"); `--cpu-tiny` runs it here (make test)
+ACCEPT_OUT ?= accept.json
+gpu-accept:
+	PYTHON=$(PYTHON) sh scripts/gpu_accept.sh $(ACCEPT_OUT)
+
+# what the GPU machines' python3 (3.12; torch, transformers, accelerate, peft, pandas there) lacks for
+# the acceptance run: cp312 / pure-Python wheels, no dependencies pulled (each is named), about 4.5 MB
+GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 \
+              pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 tabulate==0.9.0
+## download those wheels into .wheels-gpu/ (git-ignored; carried to the GPU machine)
+gpu-accept-wheels:
+	mkdir -p .wheels-gpu
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d .wheels-gpu $(GPU_WHEELS)
+	ls -l .wheels-gpu
+	du -sh .wheels-gpu
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

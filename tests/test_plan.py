@@ -197,3 +197,67 @@ def test_the_notebooks_plan_is_one_row_per_stage_and_adds_up_to_the_jobs():
     assert rows["03_train"][1:5] == [str(len(train)), str(train["completions"].sum()),
                                      str(train["tokens_generated"].sum()), str(train["tokens_trained"].sum())]
     assert "0.898M-parameter model" in text
+
+
+# ---- the time model of TRL 1.16's training (issue 28) ---------------------------------------------
+def test_training_flops_count_the_old_policy_forward_of_vllms_importance_sampling():
+    """With vLLM, TRL 1.16 runs one more no-grad forward over the generated batch (the old
+    policy's log-probs for the importance-sampling correction): 2N FLOPs a generated token more;
+    so does num_iterations > 1; the reference model's forward (beta > 0) another 2N."""
+    from diffgrpo.study.plan.hours import train_flops_per_token
+
+    cfg = params.load("paper003_gsm8k_qwen3_4b")  # vLLM, checkpointing, beta 0.1
+    assert cfg.train.use_vllm and cfg.train.gradient_checkpointing and cfg.train.beta > 0
+    assert train_flops_per_token(cfg) == (6, 4)  # 2 fwd + 2 bwd + 2 recomputed; ref + old policy
+    assert train_flops_per_token(cfg.replace(**{"train.use_vllm": False})) == (6, 2)
+    assert train_flops_per_token(cfg.replace(**{"train.trl": {**cfg.train.trl,
+                                                              "vllm_importance_sampling_correction": False}})) == (6, 2)
+    assert train_flops_per_token(cfg.replace(**{"train.use_vllm": False, "train.beta": 0.0})) == (6, 0)
+    assert train_flops_per_token(cfg.replace(**{"train.use_vllm": False, "train.beta": 0.0,
+                                                "train.num_iterations": 2})) == (6, 2)
+
+
+def test_vllm_keeps_in_flight_only_the_sequences_its_kv_share_holds():
+    """Colocated vLLM at 0.3 of an H100 holds the KV cache of fewer sequences than an update
+    generates for Qwen3-4B and Llama-3.1-8B: generation runs in waves of that many, so a smaller
+    share is slower, by exactly the waves of the smaller batch."""
+    from diffgrpo.study.plan.hours import decode_seconds
+    from diffgrpo.study.plan.memory import VLLM_OVERHEAD_GIB, vllm_kv_sequences
+
+    gpu = plan.GPUS["h100-80gb"]
+    for name in ("paper003_gsm8k_qwen3_4b", "paper003_table3_llama3_8b"):
+        cfg = params.load(name)
+        shape, seq = plan.model_shape(cfg), 256 + cfg.train.max_completion_length
+        share = cfg.train.vllm_gpu_memory_utilization * gpu.memory_gib
+        n = vllm_kv_sequences(shape, 2, share, seq)
+        used = lambda k: (VLLM_OVERHEAD_GIB * GIB + shape.params * 2 + k * seq * shape.kv_bytes_per_token(2))  # noqa: E731
+        assert used(n) <= share * GIB < used(n + 1)  # the most that fit
+        assert n < 32 * 8  # fewer than an update's 256 completions
+        for end in (0, 1):
+            small = decode_seconds(cfg, shape, gpu, 256, 256, seq - 256, "vllm", 256, end, share=0.3)
+            roomy = decode_seconds(cfg, shape, gpu, 256, 256, seq - 256, "vllm", 256, end, share=0.9)
+            assert small > roomy
+            assert small == decode_seconds(cfg, shape, gpu, 256, 256, seq - 256, "vllm", n, end, share=0.9)
+
+
+def test_training_time_pads_every_row_to_the_longest_completion(monkeypatch):
+    """TRL pads every row of an update to its longest completion: the trained tokens follow the
+    longest, not the mean (which still sets the decode time)."""
+    from diffgrpo.study.plan import hours
+
+    cfg = params.load("paper003_gsm8k_qwen3_4b")
+    shape, gpu = plan.model_shape(cfg), plan.GPUS["h100-80gb"]
+    [w] = plan.train_work(cfg, "hard")
+    base = [hours.train_seconds(cfg, shape, gpu, w, 256, e) for e in (0, 1)]
+    gen = [hours.decode_seconds(cfg, shape, gpu, w.completions, 256, w.completion, "vllm", w.generation_batch, e,
+                                share=cfg.train.vllm_gpu_memory_utilization) for e in (0, 1)]
+    monkeypatch.setitem(hours.THROUGHPUT, "longest_completion_fraction", (0.5, 0.5))
+    shorter = [hours.train_seconds(cfg, shape, gpu, w, 256, e) for e in (0, 1)]
+    assert shorter[0] < base[0] and shorter[1] < base[1]
+    trained, scored = hours.train_flops_per_token(cfg)
+    nonembed = shape.layers * shape.layer_params + shape.vocab * shape.hidden
+    for e, longest in ((0, 0.75), (1, 1.0)):  # the whole difference is the padded tokens' FLOPs
+        rows = w.steps * w.generation_batch * trained + w.completions * scored
+        extra = rows * (longest - 0.5) * w.completion * nonembed / (gpu.bf16_tflops * 1e12 * hours.THROUGHPUT["train_mfu"][1 - e])
+        assert base[e] - shorter[e] == pytest.approx(extra, rel=1e-9)
+        assert base[e] > gen[e]

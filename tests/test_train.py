@@ -768,19 +768,17 @@ def test_a_run_with_num_processes_launches_itself_through_accelerate(make_cfg, t
     from pathlib import Path
 
     plugin = tmp_path / "even_length.py"
-    plugin.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                      "from test_train import EvenLength\nfrom diffgrpo import tasks\n"
-                      "tasks.register(EvenLength)\n")
+    plugin.write_text(PLUGIN.format(tests=str(Path(__file__).parent)))
     cfg = make_cfg(n_select=8, max_steps=2, save_steps=2, prompts_per_step=4, num_processes=2).replace(
         plugins=[str(plugin)])
     launched = []
-    run = subprocess.run
+    popen = subprocess.Popen
 
     def record(cmd, **kwargs):
         launched.append(cmd)
-        return run(cmd, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kwargs)
+        return popen(cmd, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, **kwargs)
 
-    monkeypatch.setattr(subprocess, "run", record)
+    monkeypatch.setattr(subprocess, "Popen", record)
     out = train.train_run(cfg, "hard", seed=0, progress=False)
     assert out == layout.run_dir(cfg, "hard", 0)
     [cmd] = launched
@@ -1018,3 +1016,105 @@ def test_the_ledger_in_a_run_manifest_adds_the_charged_probe_to_what_training_ge
     assert led["train"]["tokens_generated"] == int(groups["completion_tokens"].sum()) > 0
     assert (groups["completion_tokens"] <= 2 * cfg.train.max_completion_length).all()
     assert led["total_rollouts"] == 96 + n and led["train"]["cpu_seconds"] > 0
+
+
+# ---- the GPU path (issue 28): levels apart, rollout seeds, measured memory, vLLM's context --------
+PLUGIN = ("import sys\nsys.path.insert(0, {tests!r})\nfrom test_train import EvenLength\nfrom diffgrpo import tasks\n"
+          "tasks.register(EvenLength)\n")
+
+
+def test_levels_apart_when_vllm_generates_an_eprli_run(eprli_cfg):
+    assert not train.levels_apart(eprli_cfg, "eprli")  # HF generation: one process
+    vllm = eprli_cfg.replace(**{"train.use_vllm": True})
+    assert train.levels_apart(vllm, "eprli") and not train.levels_apart(vllm, "hard")  # one level: nothing apart
+
+
+@pytest.mark.e2e
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+def test_eprli_levels_in_their_own_processes_train_the_run_one_process_trains(eprli_cfg, tmp_path, monkeypatch):
+    """Issue 28: each EPRLI level in a process of its own (what a colocated vLLM engine needs,
+    the engine of one level gone with its process) trains the run that one process trains: the
+    same groups, rewards, steps and level records; the levels' pids differ from each other and
+    from this process's."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    plugin = tmp_path / "even_length.py"
+    plugin.write_text(PLUGIN.format(tests=str(Path(__file__).parent)))
+    cfg = eprli_cfg.replace(plugins=[str(plugin)])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    together = train.train_run(cfg, "eprli", seed=0, progress=False, apart=False)
+    shutil.move(together, tmp_path / "together")
+    together = tmp_path / "together"
+    apart = train.train_run(cfg, "eprli", seed=0, progress=False, apart=True)
+    assert apart == layout.run_dir(cfg, "eprli", 0)
+    one, two = (json.loads((r / "manifest.json").read_text()) for r in (together, apart))
+    pids = [r.pop("pid") for r in two["levels"]]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert [r.pop("pid") for r in one["levels"]] == [os.getpid()] * 2
+    assert two["status"] == "complete" and two["levels"] == one["levels"]
+    for field in ("key", "steps_done", "checkpoints", "completions_generated", "train_loss", "resumed_from"):
+        assert two[field] == one[field], field
+    pd.testing.assert_frame_equal(pd.read_parquet(apart / "groups.parquet"), pd.read_parquet(together / "groups.parquet"))
+    cols = ["step", "level", "loss", "reward", "learning_rate", "groups_kept"]
+    pd.testing.assert_frame_equal(pd.read_parquet(apart / "steps.parquet")[cols],
+                                  pd.read_parquet(together / "steps.parquet")[cols])
+    # a rerun finds it finished, in this process
+    assert train.train_run(cfg, "eprli", seed=0, progress=False, apart=True) == apart
+
+
+def test_each_training_seed_seeds_its_own_colocated_vllm_engine(monkeypatch):
+    """Issue 28: TRL 1.16 seeds its colocated engine with process_index // tp, the same for every
+    training seed; the engine a run builds gets a seed of its own training seed (per TP group,
+    alike within one), and the same in every session of the run."""
+    import inspect
+    import types
+    from trl.generation import vllm_generation
+
+    source = inspect.getsource(vllm_generation.VLLMGeneration)
+    assert "self.llm = LLM(" in source and "seed=accelerator.process_index // self.tensor_parallel_size" in source
+
+    built = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *a, **kw: built.append(kw), raising=False)
+    monkeypatch.setattr(GRPOTrainer, "__init__",  # what TRL's __init__ does with vLLM: build the engine, tp 2
+                        lambda self, *a, **kw: [vllm_generation.LLM(model="m", seed=rank // 2) for rank in range(4)])
+    for seed in (0, 1, 2, 0):
+        args = types.SimpleNamespace(seed=seed, use_vllm=True, vllm_mode="colocate")
+        train.Trainer(args=args, recorder=None, run_dir=None)
+    seeds = [kw["seed"] for kw in built]
+    assert seeds[:4] == [train.rollout_seed(0, 0)] * 2 + [train.rollout_seed(0, 1)] * 2  # one per TP group
+    assert len({seeds[0], seeds[2], seeds[4], seeds[6], seeds[8], seeds[10]}) == 6  # per seed, per group
+    assert seeds[12:] == seeds[:4]  # a resumed run's engine: the seed it had
+    assert all(kw["model"] == "m" for kw in built)  # the rest of TRL's arguments pass through
+    # vLLM's server mode (the server has its own seed) and the HF path: nothing is wrapped
+    train.Trainer(args=types.SimpleNamespace(seed=0, use_vllm=True, vllm_mode="server"), recorder=None, run_dir=None)
+    assert [kw["seed"] for kw in built[16:]] == [0, 0, 1, 1]
+
+
+@pytest.mark.e2e
+def test_gpu_memory_is_recorded_per_step_and_per_run_and_null_on_a_cpu(make_cfg):
+    """Issue 28: each logged step records this process's GPU memory peaks since the step before
+    (``peak_allocated_gib``, ``peak_reserved_gib``) and the manifest the run's; on a CPU both
+    are null (no GPU to measure), not absent."""
+    run = train.train_run(make_cfg(), "hard", seed=0, progress=False)
+    steps = pd.read_parquet(run / "steps.parquet")
+    assert {"peak_allocated_gib", "peak_reserved_gib"} <= set(steps) and steps["peak_reserved_gib"].isna().all()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["peak_memory"] == {"peak_allocated_gib": None, "peak_reserved_gib": None}
+    assert devices.max_memory([{"peak_allocated_gib": 1.5, "peak_reserved_gib": None},
+                               {"peak_allocated_gib": 2.0, "peak_reserved_gib": 3.0}]) == \
+        {"peak_allocated_gib": 2.0, "peak_reserved_gib": 3.0}
+
+
+def test_with_vllm_the_context_check_is_the_engines_max_model_length(make_cfg):
+    """Issue 28: TRL's colocated engine refuses a sequence beyond ``vllm_max_model_length``; the
+    check before training uses it when set, not the model's positions (256 here)."""
+    from diffgrpo.models.generation import PromptTooLong
+
+    cfg = make_cfg(use_vllm=True, trl={"vllm_max_model_length": 24})
+    with pytest.raises(PromptTooLong, match="train.trl.vllm_max_model_length of 24 positions"):
+        train.train_run(cfg, "hard", seed=0, progress=False)
+    model = type("M", (), {"config": type("C", (), {"max_position_embeddings": 256})()})()
+    assert train.training_context(make_cfg(use_vllm=True), model) == (256, "the model's context")
+    assert train.training_context(make_cfg(trl={"vllm_max_model_length": 24}), model) == (256, "the model's context")

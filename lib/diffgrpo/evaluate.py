@@ -33,6 +33,7 @@ from diffgrpo.store.run_folder import RunFolder
 from diffgrpo import select
 from diffgrpo.models.generation import LazyGenerator
 from diffgrpo.params import TEST_SET, Config
+from diffgrpo.models import devices
 from diffgrpo.models.resumable_sampling import load_generator, sample_and_score
 
 
@@ -132,7 +133,8 @@ def _evaluate_steps(cfg: Config, rid: str, arm: str, seed: int | None,
         tier_table = pd.concat([step0[1], tier_table], ignore_index=True)
     _write(out_dir, pd.concat(all_samples, ignore_index=True), summary, tier_table)
     artifacts.write_json(out_dir / layout.MANIFEST, {"key": run_key, "steps": sorted(steps), "trained": trained,
-                                                   "sha256": artifacts.digests(out_dir, FILES)})
+                                                   "sha256": artifacts.digests(out_dir, FILES),
+                                                   "peak_memory": devices.peak_memory()})  # GPU peaks (None: CPU)
     return out_dir
 
 

@@ -31,6 +31,7 @@ from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout
 from diffgrpo import params
 from diffgrpo.params import Config
+from diffgrpo.models import devices
 from diffgrpo.models.resumable_sampling import load_generator, sample_and_score
 
 log = logging.getLogger("diffgrpo.probe")
@@ -112,6 +113,7 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
         "mean_p_hat": round(float(prompts["p_hat"].mean()), 4), "files": files,
         "seconds": _seconds(cfg, t0, cpu0),
         "sha256": artifacts.digests(out_dir, files),
+        "peak_memory": devices.peak_memory(),  # this process's GPU peaks (None: CPU)
     })
     return out_dir
 

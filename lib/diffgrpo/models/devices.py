@@ -25,6 +25,34 @@ from dataclasses import dataclass
 import torch
 
 
+#: the GPU memory a step, a run and a stage record: this process's peaks, in GiB
+MEMORY_FIELDS = ("peak_allocated_gib", "peak_reserved_gib")
+
+
+def peak_memory(reset: bool = False) -> dict[str, float | None]:
+    """This process's GPU memory peaks since the last reset, in GiB: what tensors held at most
+    (``torch.cuda.max_memory_allocated``) and what the caching allocator took from the card
+    (``max_memory_reserved``, what decides an out-of-memory), on the current device. None for
+    each where CUDA is not in use (a CPU run). ``reset``: start the next window here."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return dict.fromkeys(MEMORY_FIELDS)
+    out = dict(zip(MEMORY_FIELDS, (round(torch.cuda.max_memory_allocated() / 2**30, 3),
+                                   round(torch.cuda.max_memory_reserved() / 2**30, 3))))
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def max_memory(records: list[dict]) -> dict[str, float | None]:
+    """The largest of each :data:`MEMORY_FIELDS` over ``records`` (steps, levels, passes); None
+    where none holds one (a CPU run)."""
+    out = {}
+    for k in MEMORY_FIELDS:
+        values = [r[k] for r in records if r.get(k) is not None]
+        out[k] = max(values) if values else None
+    return out
+
+
 def device(name: str) -> torch.device:
     """``model.device`` as a torch device; a clear error when it names a GPU torch cannot see.
     ``cuda`` under ``accelerate launch`` is the process's own GPU (``cuda:<LOCAL_RANK>``), so

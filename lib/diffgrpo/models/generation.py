@@ -153,9 +153,11 @@ def context_length(model) -> int | None:
 
 
 def check_fit(tokenizer, ids: list, prompts: list, new_tokens: int, context: int | None,
-              chat_template_kwargs: dict | None = None, where: str | None = None, limit_name: str = "max_new_tokens") -> None:
+              chat_template_kwargs: dict | None = None, where: str | None = None, limit_name: str = "max_new_tokens",
+              context_name: str = "the model's context") -> None:
     """Every prompt's tokens plus ``new_tokens`` within ``context`` (skipped when it is None); a
-    prompt of more characters than the context has positions times 64 is refused untokenized."""
+    prompt of more characters than the context has positions times 64 is refused untokenized.
+    ``context_name``: what sets the context, as the error names it."""
     if context is None:
         return
     for row, (pid, prompt) in enumerate(zip(ids, prompts), 1):
@@ -166,7 +168,7 @@ def check_fit(tokenizer, ids: list, prompts: list, new_tokens: int, context: int
             raise PromptTooLong(
                 f"{where + ': ' if where else ''}id {pid!r} (prompt {row} of the {len(ids)} to generate for): its "
                 f"prompt is {n} {unit}; with {limit_name} = "
-                f"{new_tokens} it needs more than the model's context of {context} positions; drop or shorten that "
+                f"{new_tokens} it needs more than {context_name} of {context} positions; drop or shorten that "
                 f"row, or lower {limit_name}")
 
 

@@ -19,8 +19,9 @@ _PUBLIC = {
     **dict.fromkeys(("checkpointing_argument", "grpo_kwargs", "lora_config"), "config"),
     **dict.fromkeys(("Level", "run_levels"), "levels"),
     **dict.fromkeys(("GROUP_COLUMNS", "Recorder"), "records"),
-    **dict.fromkeys(("main", "selected_rows", "train_run", "train_runs"), "run"),
-    **dict.fromkeys(("GENERATION_METRICS", "Trainer", "merge_batches", "merged_lora"), "trainer"),
+    **dict.fromkeys(("levels_apart", "main", "selected_rows", "train_run", "train_runs", "training_context"), "run"),
+    **dict.fromkeys(("GENERATION_METRICS", "Trainer", "merge_batches", "merged_lora", "rollout_seed",
+                     "seeded_engine"), "trainer"),
 }
 __all__ = sorted(_PUBLIC)
 

@@ -93,7 +93,8 @@ class Recorder(TrainerCallback):
         if logs and "loss" in logs:  # the end-of-training summary has train_loss instead
             self.steps.append({"step": self.step_offset + state.global_step,
                                **({"level": self.level} if self.level is not None else {}),
-                               **{k: v for k, v in logs.items() if k != "total_flos"}})
+                               **{k: v for k, v in logs.items() if k != "total_flos"},
+                               **devices.peak_memory(reset=True)})  # GPU peaks since the step before (None: CPU)
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         steps = pd.DataFrame(self.steps)

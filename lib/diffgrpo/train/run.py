@@ -106,12 +106,33 @@ def run_reward_key(arm, rows: pd.DataFrame, seed: int) -> dict | None:
     return {"weights": weights, "rewards": {n: rewards.get(n).run_key(rows, seed) for n in weights}}
 
 
-def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force: bool = False) -> Path:
+def levels_apart(cfg: Config, arm: str) -> bool:
+    """Whether an arm's runs train each EPRLI level in a process of its own: when vLLM
+    generates (``train.use_vllm``). A level's trainer starts a colocated vLLM engine, and a
+    second engine beside the first (which sleeps in vLLM's allocator) is what freeing an engine
+    in-process cannot be trusted to survive; a process of its own frees the card by exiting. The
+    HF path keeps one process: nothing outlives a level there, and a level's start costs a model
+    load. The run resumes level by level from ``level.json`` either way (:func:`train_level`)."""
+    return cfg.arm(arm).select == "levels" and cfg.for_arm(arm).train.use_vllm
+
+
+def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force: bool = False,
+              level: int | None = None, apart: bool | None = None) -> Path:
     """Train one (arm, seed) run (``arm``: the arm's name); resume it if interrupted, skip it
     if finished. Returns its folder. One writer at a time: a second process training the same
-    run is refused. The arm's own training settings apply (:meth:`Config.for_arm`)."""
+    run is refused. The arm's own training settings apply (:meth:`Config.for_arm`).
+
+    An EPRLI run's levels train each in a process of its own when ``apart`` (default:
+    :func:`levels_apart`): this process holds the lock, starts ``python -m diffgrpo.train ...
+    --level i`` (or its ``accelerate launch``) for each level not finished yet, and writes the
+    manifest. ``level``: train that level alone (the started process; the lock is its parent's)."""
     launched = cfg.for_arm(arm).train.num_processes
-    if devices.num_processes() == 1 and launched > 1:  # the study's 03_train job: start the processes
+    apart = levels_apart(cfg, arm) if apart is None else apart and cfg.arm(arm).select == "levels"
+    if level is None and apart and devices.num_processes() == 1:
+        run_dir = layout.run_dir(cfg.for_arm(arm), arm, seed)
+        with artifacts.exclusive(run_dir):
+            return _train_levels_apart(cfg, arm, seed, run_dir, launched, progress=progress, force=force)
+    if level is None and devices.num_processes() == 1 and launched > 1:  # the study's 03_train job: start the processes
         return launch_run(cfg, arm, seed, launched, force=force)
     cfg = cfg.for_arm(arm)
     run_dir = layout.run_dir(cfg, arm, seed)
@@ -120,24 +141,65 @@ def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force:
                          f"train.num_processes = {launched} (it is part of the run's key): set train.num_processes "
                          f"to {devices.num_processes()} (--set train.num_processes={devices.num_processes()}), or let "
                          "the study start the processes")
-    if not devices.is_main_process():  # under a launcher the main process holds the lock and writes
-        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force)
+    if level is not None or not devices.is_main_process():  # a level's process, or under a launcher: the parent,
+        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force, only=level)  # or main, holds the lock
     with artifacts.exclusive(run_dir):
         return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force)
 
 
-def _train_run(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Path:
+def _train_run(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool,
+               only: int | None = None) -> Path:
     """A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
     finished), :func:`train_level` for each level (the whole run, or paper 002's EPRLI levels one
-    after the other), :func:`finish` (the manifest that records it)."""
+    after the other), :func:`finish` (the manifest that records it). ``only``: the levels before
+    it are finished (their records are read), it alone trains, and the parent process finishes."""
     run = prepare(cfg, arm, seed, run_dir, progress=progress, force=force)
     if run is None:  # finished before
         return run_dir
-    for i, lv in enumerate(run.levels):
+    for i, lv in enumerate(run.levels[:None if only is None else only + 1]):
+        if only is not None and i < only and run.folder.read_level_record(i, lv.name) is None:
+            raise RuntimeError(f"{run_dir}: level {i + 1} ({lv.name}) is not finished; level {only + 1} cannot start")
         if not train_level(run, i, lv):
             break
+    if only is None:
+        finish(run)
+    return run_dir
+
+
+def _train_levels_apart(cfg: Config, arm: str, seed: int, run_dir: Path, n_processes: int, *, progress: bool,
+                        force: bool) -> Path:
+    """:func:`_train_run` with each unfinished level trained by a process of its own
+    (:func:`level_command`); this one reads what each wrote (its ``level.json``, the manifest's
+    resumes) and writes the run's manifest. A level that stopped early (no record) stops the run."""
+    run = prepare(cfg.for_arm(arm), arm, seed, run_dir, progress=progress, force=force)
+    if run is None:
+        return run_dir
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="diffgrpo-level-") as tmp:
+        params_file = Path(tmp) / layout.PARAMS
+        params_file.write_text(params.dump(cfg))
+        for i, lv in enumerate(run.levels):
+            if run.folder.read_level_record(i, lv.name) is None:
+                cmd = level_command(params_file, arm, seed, i, n_processes, progress)
+                stream_command(cmd, f"run {layout.run_id(arm, seed)} level {i + 1} ({lv.name})")
+                manifest = artifacts.read_manifest(run.folder.manifest_path, "03_train") or {}
+                run.resumed_from = manifest.get("resumed_from", run.resumed_from)
+                if run.folder.read_level_record(i, lv.name) is None:  # stopped early: the run stops here
+                    run.offset = manifest.get("steps_done", run.offset)
+                    break
+            train_level(run, i, lv)  # a finished level: its record, steps and adapter
     finish(run)
     return run_dir
+
+
+def level_command(params_file: Path, arm: str, seed: int, level: int, n_processes: int, progress: bool) -> list[str]:
+    """The command that trains level ``level`` (counting from 0) of an EPRLI run: ``python -m
+    diffgrpo.train ... --level`` on one process, its ``accelerate launch`` on several."""
+    tail = ["--level", str(level)] + ([] if progress else ["--no-progress"])
+    if n_processes > 1:
+        return launch_command(params_file, arm, seed, n_processes, devices.free_port()) + tail
+    return [sys.executable, "-m", "diffgrpo.train", str(params_file), "--arm", arm, "--seed", str(seed)] + tail
 
 
 @dataclasses.dataclass
@@ -269,7 +331,10 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
         if local < lv.steps and not level_spent:  # stopped early (a callback): the run stops here
             run.offset += local
             return False
-        _record_level(run, i, lv, ckpt_dir, level_record(lv, local, run.offset, level_spent, written, recorder.steps))
+        record = level_record(lv, local, run.offset, level_spent, written, recorder.steps)
+        record["train_loss"] = run.output.training_loss if run.output is not None else None
+        record["pid"] = os.getpid()  # the process that trained it (levels_apart: one per level)
+        _record_level(run, i, lv, ckpt_dir, record)
     run.offset += local
     run.budget_spent = level_spent
     return True
@@ -333,9 +398,20 @@ def _level_data(cfg: Config, lv: eprli.Level, level_rows: pd.DataFrame):
         raise ValueError(f"{resolve.model_path(cfg)[0]}: the tokenizer has no chat template; prompts are chat messages")
     tokenizer.padding_side = "left"
     check_prompt_lengths(level_rows, tokenizer, cfg.train.max_prompt_length, cfg.model.chat_template_kwargs)
+    context, context_name = training_context(cfg, model)
     check_fit(tokenizer, list(level_rows["id"]), list(level_rows["prompt"]), lv.max_completion_length,
-              context_length(model), cfg.model.chat_template_kwargs, "train", "max_completion_length")
+              context, cfg.model.chat_template_kwargs, "train", "max_completion_length", context_name)
     return model, tokenizer, Dataset.from_list(level_rows[["prompt", "answer", "id", "tier"]].to_dict("records"))
+
+
+def training_context(cfg: Config, model) -> tuple[int | None, str]:
+    """The positions a training prompt and its completion must fit, and what sets them: with vLLM
+    generating, ``train.trl.vllm_max_model_length`` when set (the engine refuses a longer
+    sequence, whatever the model's own positions), else the model's context."""
+    limit = cfg.train.trl.get("vllm_max_model_length") if cfg.train.use_vllm else None
+    if limit is not None:
+        return int(limit), "train.trl.vllm_max_model_length"
+    return context_length(model), "the model's context"
 
 
 def level_record(lv: eprli.Level, local: int, offset: int, spent: bool, groups: list[dict], steps: list[dict]) -> dict:
@@ -388,7 +464,10 @@ def finish(run: Run) -> None:
         "sha256": run.folder.digests(),
         "seconds_this_session": round(time.perf_counter() - run.t0, 1),
         "mean_step_seconds": round(float(step_times.mean()), 3) if len(step_times) else None,
-        "train_loss": run.output.training_loss if run.output is not None else None,
+        # GPU memory at its peak over the run's logged steps and the rest of this session (None: CPU)
+        "peak_memory": devices.max_memory(run.recorder.steps + [devices.peak_memory()]),
+        "train_loss": run.output.training_loss if run.output is not None
+        else run.level_records[-1].get("train_loss") if run.level_records else None,
         "completions_generated": devices.sum_over_processes([run.recorder.completions_generated()])[0],  # main: earlier sessions' too
         "budget_spent": finished and run.offset < run.max_steps,
         **({"ledger": _ledger(run)} if run.is_main else {}),
@@ -418,8 +497,7 @@ def launch_run(cfg: Config, arm: str, seed: int, n_processes: int, *, force: boo
     """Train one run on ``train.num_processes`` processes: :func:`launch_command` with the
     study's params (written to a temporary file), in the GPUs this process may use
     (``CUDA_VISIBLE_DEVICES``, which the study runner sets per job); its output is printed
-    after it ends. Returns the run's folder, as :func:`train_run` does."""
-    import subprocess
+    as it comes (:func:`stream_command`). Returns the run's folder, as :func:`train_run` does."""
     import tempfile
 
     run_dir = layout.run_dir(cfg.for_arm(arm), arm, seed)
@@ -430,16 +508,26 @@ def launch_run(cfg: Config, arm: str, seed: int, n_processes: int, *, force: boo
     with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
         params_file = Path(tmp) / layout.PARAMS
         params_file.write_text(params.dump(cfg))
-        cmd = launch_command(params_file, arm, seed, n_processes, port)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    print(done.stdout, end="")
-    print(done.stderr, end="", file=sys.stderr)
-    if done.returncode != 0:
-        errors = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error:" in ln]
-        raise RuntimeError(f"run {layout.run_id(arm, seed)} on {n_processes} processes failed (exit "
-                           f"{done.returncode}): {errors[-1].strip() if errors else 'see its output above'}\n"
-                           f"  command: {' '.join(cmd)}")
+        stream_command(launch_command(params_file, arm, seed, n_processes, port),
+                       f"run {layout.run_id(arm, seed)} on {n_processes} processes")
     return run_dir
+
+
+def stream_command(cmd: list[str], what: str) -> None:
+    """Run ``cmd``, printing its output (stdout and stderr together) line by line as it comes, so
+    that a run of hours shows its progress in the notebook; an error names its last error line."""
+    import collections
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        tail.append(line)
+    if proc.wait() != 0:
+        errors = [ln for ln in tail if "Error" in ln or "error:" in ln]
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): "
+                           f"{errors[-1].strip() if errors else 'see its output above'}\n  command: {' '.join(cmd)}")
 
 
 def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:
@@ -470,12 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a parameter, e.g. train.max_steps=20 (repeatable)")
     ap.add_argument("--force", action="store_true", help="start the run over")
+    ap.add_argument("--level", type=int, default=None, help=argparse.SUPPRESS)  # one EPRLI level (train_run's own)
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     if args.force and devices.num_processes() > 1:
         raise SystemExit("--force with several processes would race to delete the run: start it over "
                          "with one process first, or remove the run folder")
     cfg = params.load(args.params_file, overrides=params.parse_overrides(args.overrides))
-    run_dir = train_run(cfg, args.arm, args.seed, progress=devices.is_main_process(), force=args.force)
+    run_dir = train_run(cfg, args.arm, args.seed, progress=devices.is_main_process() and not args.no_progress,
+                        force=args.force, level=args.level)
     if devices.is_main_process():
         print(f"run: {run_dir}")
     return 0

@@ -57,6 +57,42 @@ def merged_lora(model):
                 m.merged_adapters = []
 
 
+def rollout_seed(seed: int, group: int) -> int:
+    """The seed of training seed ``seed``'s colocated vLLM engine in tensor-parallel group
+    ``group`` (``process_index // vllm_tensor_parallel_size``, what TRL 1.16 seeds it with): a
+    distinct rollout stream per training seed and per group, the same for every process of a
+    group (they must sample alike) and for every session of a run. A resumed run restarts its
+    engine with this seed, and transformers' Trainer then restores the generators' states saved
+    with the checkpoint (``rng_state.pth``), from which an in-process engine's unseeded requests
+    draw: the stream it would have had."""
+    return int(np.random.SeedSequence([int(seed), int(group)]).generate_state(1)[0])
+
+
+@contextlib.contextmanager
+def seeded_engine(seed: int):
+    """While TRL builds its colocated vLLM engine: the engine seeded with :func:`rollout_seed`
+    of the run's ``seed`` instead of TRL 1.16's ``seed=process_index // tp`` (the same for every
+    training seed; vLLM's worker then re-seeds torch's generators with it, so every seed of an
+    arm would sample the same rollouts). ``VLLMGeneration.__init__`` calls the module's ``LLM``
+    by name (``_init_vllm``; tests/test_train.py pins it). Without vLLM installed there is nothing to seed."""
+    from trl.generation import vllm_generation
+
+    build = getattr(vllm_generation, "LLM", None)
+    if build is None:
+        yield
+        return
+
+    def engine(*args, seed: int = 0, **kwargs):
+        return build(*args, seed=rollout_seed(run_seed, seed), **kwargs)
+
+    run_seed = seed
+    vllm_generation.LLM = engine
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = build
+
+
 #: what TRL 1.16's ``_generate_and_score_completions`` returns for a text-only batch: the
 #: tensors dynamic sampling cuts to the kept groups. Another key (a TRL upgrade, images, tools)
 #: stops training rather than letting a tensor slip through uncut.
@@ -185,7 +221,8 @@ class Trainer(GRPOTrainer):
     and log the counts of all processes together.
 
     With ``merge_for_generation`` (``train.merge_lora_for_generation``) transformers generates
-    with the LoRA merged into the base weights (:func:`merged_lora`).
+    with the LoRA merged into the base weights (:func:`merged_lora`). A colocated vLLM engine is
+    seeded per training seed (:func:`seeded_engine`).
 
     ``online`` (``train.online``, :mod:`diffgrpo.train.online`): a method that chooses a step's
     prompts replaces the sampler's before generation (logged as ``online_skipped``: the
@@ -194,7 +231,10 @@ class Trainer(GRPOTrainer):
 
     def __init__(self, *args, recorder: Recorder, run_dir: Path, dynamic_rounds: int | None = None,
                  merge_for_generation: bool = False, online: OnlineSelection | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+        config = kwargs["args"]
+        colocated = config.use_vllm and config.vllm_mode == "colocate"
+        with seeded_engine(config.seed) if colocated else contextlib.nullcontext():
+            super().__init__(*args, **kwargs)
         self.recorder, self.run_dir, self.dynamic_rounds, self.online = recorder, run_dir, dynamic_rounds, online
         self.merge_for_generation = merge_for_generation and isinstance(self.model, peft.PeftModel)
 

@@ -1,9 +1,16 @@
 """Seconds of each job, as a (low, high) range from the throughput figures in :data:`THROUGHPUT`.
 
 docs/gpu.md gives the figures' sources and assumptions. The ranges bound, they do not predict:
-the low end assumes completions average half their cap and the efficient end of each range,
-the high end every completion at its cap and the slow end. Each function's ``end`` picks the
-range's end: 0 the low, 1 the high.
+the low end assumes completions average half their cap (the longest of an update three quarters
+of it) and the efficient end of each range, the high end every completion at its cap and the
+slow end. Each function's ``end`` picks the range's end: 0 the low, 1 the high.
+
+Three facts of TRL 1.16 the times follow (issue 28): every row of an update is padded to its
+longest prompt and completion, so the trained tokens are rows x (prompt + the longest
+completion), not the mean; with vLLM the importance-sampling correction runs one more no-grad
+forward of the trained model over the batch (2N FLOPs a token more; so does ``num_iterations``
+> 1); and vLLM keeps in flight only the sequences its share's KV cache holds
+(:func:`~diffgrpo.study.plan.memory.vllm_kv_sequences`).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import math
 
 from diffgrpo.params import Config
+from diffgrpo.study.plan.memory import vllm_kv_sequences
 from diffgrpo.study.plan.shapes import DTYPE_BYTES, GPU, ModelShape
 from diffgrpo.study.plan.work import TrainWork
 
@@ -34,12 +42,16 @@ THROUGHPUT = {
     "load_gbs": (1.0, 4.0),
     # mean completion length as a fraction of its cap
     "completion_fraction": (0.5, 1.0),
+    # the longest completion of an update (hundreds of samples) as a fraction of the cap: TRL pads every row to it
+    "longest_completion_fraction": (0.75, 1.0),
 }
 
 
 def decode_seconds(cfg: Config, shape: ModelShape, gpu: GPU, sequences: int, prompt: int, cap: int, backend: str,
-                   batch: int, end: int) -> float:
-    """Seconds to generate ``sequences`` completions (cap ``cap`` tokens) at ``end`` 0 (low) or 1 (high)."""
+                   batch: int, end: int, share: float | None = None) -> float:
+    """Seconds to generate ``sequences`` completions (cap ``cap`` tokens) at ``end`` 0 (low) or 1
+    (high). vLLM keeps ``batch`` sequences in flight, or fewer when its share of the GPU
+    (``share``, default ``generation.vllm_gpu_memory_utilization``) holds the KV cache of fewer."""
     if sequences <= 0:
         return 0.0
     wbytes = DTYPE_BYTES[cfg.model.dtype]
@@ -49,33 +61,57 @@ def decode_seconds(cfg: Config, shape: ModelShape, gpu: GPU, sequences: int, pro
     nonembed = shape.layers * shape.layer_params
     prefill = sequences * prompt * 2 * nonembed / (gpu.bf16_tflops * 1e12 * THROUGHPUT["prefill_mfu"][1 - end])
     if backend == "vllm":
-        b = min(batch, sequences)
+        share = cfg.generation.vllm_gpu_memory_utilization if share is None else share
+        b = min(batch, sequences, vllm_kv_sequences(shape, wbytes, share * gpu.memory_gib, prompt + cap))
         mean_len = frac * cap
         steps = math.ceil(sequences / b) * mean_len  # continuous batching keeps b sequences in flight
         step_bytes = weights + b * (prompt + mean_len / 2) * kv
         step = step_bytes / (gpu.bandwidth_tbs * 1e12 * THROUGHPUT["vllm_decode_bw"][1 - end])
         return prefill + steps * step
     b = min(batch, sequences)
-    steps = math.ceil(sequences / b) * (frac * cap if end == 0 else cap)  # a padded batch runs to its longest
+    steps = math.ceil(sequences / b) * THROUGHPUT["longest_completion_fraction"][end] * cap  # a padded batch runs to its longest
     step_bytes = weights + b * (prompt + cap / 2) * kv
     step = (step_bytes / (gpu.bandwidth_tbs * 1e12 * THROUGHPUT["hf_decode_bw"][1 - end])
             + shape.layers * THROUGHPUT["hf_step_overhead_ms_per_layer"][end] / 1e3)
     return prefill + steps * step
 
 
-def train_seconds(cfg: Config, shape: ModelShape, gpu: GPU, w: TrainWork, prompt: int, end: int) -> float:
-    """Seconds of one level of a run: the forward and backward passes, TRL's generation of every
-    completion, and with vLLM its engine's start and each step's weight sync."""
+def train_flops_per_token(cfg: Config) -> tuple[int, int]:
+    """(FLOPs a trained token, FLOPs a generated token) of training, in units of N (the
+    non-embedding parameters plus the LM head): 2 forward + 2 backward (frozen weights: input
+    gradients only) + 2 recomputed with gradient checkpointing for every token an update trains
+    on; 2 for the reference model's forward (beta > 0) and 2 for the old policy's forward (vLLM's
+    importance-sampling correction, or ``num_iterations`` > 1) for every token generated."""
     t = cfg.train
-    frac = THROUGHPUT["completion_fraction"][end]
-    nonembed = shape.layers * shape.layer_params + shape.vocab * shape.hidden  # the LM head is a matmul too
-    passes = 2 + 2 + (2 if t.gradient_checkpointing else 0) + (2 if t.beta > 0 else 0)  # x N FLOPs a token
-    per_step_tokens = w.generation_batch * (prompt + frac * w.completion)
+    trained = 2 + 2 + (2 if t.gradient_checkpointing else 0)
+    old_policy = (t.use_vllm and t.trl.get("vllm_importance_sampling_correction", True)) or t.num_iterations > 1
+    return trained, (2 if t.beta > 0 else 0) + (2 if old_policy else 0)
+
+
+def train_flops(shape: ModelShape, token_units: float) -> float:
+    """FLOPs of ``token_units`` (tokens x FLOPs a token in units of N, :func:`train_flops_per_token`):
+    N is the non-embedding parameters plus the LM head (a matmul too)."""
+    return token_units * (shape.layers * shape.layer_params + shape.vocab * shape.hidden)
+
+
+def compute_seconds(shape: ModelShape, gpu: GPU, token_units: float, end: int) -> float:
+    """Seconds of training's forwards and backwards over ``token_units`` at the ``train_mfu`` range's end."""
+    return train_flops(shape, token_units) / (gpu.bf16_tflops * 1e12 * THROUGHPUT["train_mfu"][1 - end])
+
+
+def train_seconds(cfg: Config, shape: ModelShape, gpu: GPU, w: TrainWork, prompt: int, end: int) -> float:
+    """Seconds of one level of a run: the forward and backward passes over every row padded to the
+    update's longest completion, the no-grad forwards over every generated row, TRL's generation
+    of every completion, and with vLLM its engine's start and each step's weight sync."""
+    t = cfg.train
+    row = prompt + THROUGHPUT["longest_completion_fraction"][end] * w.completion  # TRL pads each row to the longest
     steps = w.steps if w.max_completions is None else min(w.steps, math.ceil(w.completions / w.generation_batch))
-    compute = steps * per_step_tokens * passes * nonembed / (gpu.bf16_tflops * 1e12 * THROUGHPUT["train_mfu"][1 - end])
+    trained, scored = train_flops_per_token(cfg)
+    compute = compute_seconds(shape, gpu, (steps * w.generation_batch * trained + w.completions * scored) * row, end)
     backend = "vllm" if t.use_vllm else "hf"
     batch = w.generation_batch
-    gen = decode_seconds(cfg, shape, gpu, w.completions, prompt, w.completion, backend, batch, end)
+    share = t.vllm_gpu_memory_utilization if t.vllm_mode == "colocate" else None
+    gen = decode_seconds(cfg, shape, gpu, w.completions, prompt, w.completion, backend, batch, end, share)
     extra = steps * THROUGHPUT["vllm_colocate_step_s"][end] + THROUGHPUT["vllm_engine_start_s"][end] if t.use_vllm else 0
     return compute + gen + extra
 

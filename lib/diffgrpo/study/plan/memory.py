@@ -118,6 +118,20 @@ class GenMemory:
     vllm_share_gib: float
 
 
+#: GiB of vLLM's share that holds neither weights nor KV cache: the activation peak it profiles
+#: at start and its CUDA graphs (assumption, docs/gpu.md)
+VLLM_OVERHEAD_GIB = 1.5
+
+
+def vllm_kv_sequences(shape: ModelShape, wbytes: int, share_gib: float, seq_tokens: int) -> int:
+    """Sequences of ``seq_tokens`` (prompt + completion cap) whose KV cache fits a vLLM share of
+    ``share_gib`` beside the weights and :data:`VLLM_OVERHEAD_GIB`: how many vLLM keeps in flight
+    at most (it preempts the rest). At least 1: a share too small to start is the plan's
+    memory check's to refuse (``vllm_kv_need_gib``)."""
+    free = (share_gib - VLLM_OVERHEAD_GIB) * GIB - shape.params * wbytes
+    return max(1, int(free // (seq_tokens * shape.kv_bytes_per_token(wbytes))))
+
+
 def generation_memory(cfg: Config, shape: ModelShape, gpu: GPU, batch: int, prompt: int, new_tokens: int,
                       lora: bool) -> GenMemory:
     """Probe or evaluation: HF at ``batch`` sequences, or vLLM's share."""
