@@ -106,11 +106,12 @@ def middle(prompts, n, rng):
     chosen = np.sort(out["p_hat"].to_numpy(dtype=float))
     for other, ends in (("hard", np.sort(p)[:n]), ("easy", np.sort(p)[::-1][:n][::-1])):
         if np.array_equal(chosen, ends):
-            warnings.warn(f"middle: the median p_hat ({med:.3f}) equals the {'first' if other == 'hard' else 'third'} "
+            warnings.warn_explicit(f"middle: the median p_hat ({med:.3f}) equals the {'first' if other == 'hard' else 'third'} "
                           f"quartile ({q1 if other == 'hard' else q3:.3f}), so middle's {n} prompts have the same p_hat "
                           f"as {other}'s: the two arms train on equally difficult prompts and their contrast says nothing "
                           "about difficulty. Probe with a larger K (probe.k) for finer p_hat, or drop one of the arms",
-                          MiddleIsNotMiddle, stacklevel=2)
+                          # named by the policy, not by a file of this machine (it shows in executed notebooks)
+                          MiddleIsNotMiddle, filename="policy middle", lineno=0, module=__name__)
     return out
 
 
