@@ -148,3 +148,24 @@ def test_relative_paths_are_resolved_where_the_command_ran(tmp_path):
     injected = "".join(next(c["source"] for c in nb["cells"]
                             if "injected-parameters" in c["metadata"].get("tags", [])))
     assert str(work / "data" / "math.jsonl") in injected and str(work / "my_smoke.yaml") in injected
+
+
+# ---- issue 30's late errors, now named before work ------------------------------------------------
+def test_a_pool_larger_than_the_tasks_split_is_named_before_work():
+    """GSM8K's train split has 7,473 rows (its dataset card, ``GSM8K.split_rows``): a pool of
+    8,000 is refused at load, naming the key, not by the probe after the model loaded."""
+    with pytest.raises(params.ParamsError, match=r"`dataset.pool_size` = 8000: task 'gsm8k''s split 'train' has 7473 rows"):
+        params.load("tiny", overrides={"dataset.task": "gsm8k", "dataset.source": "hub", "dataset.pool_size": 8000,
+                                       "dataset.test_size": 100})
+    # one split feeding both: the pool and the held-out set together
+    with pytest.raises(params.ParamsError, match=r"1400 wanted with dataset.test_size"):
+        params.load("tiny", overrides={"dataset.task": "gsm8k", "dataset.source": "offline", "dataset.train_split": "test",
+                                       "dataset.test_split": "test", "dataset.pool_size": 1300, "dataset.test_size": 100})
+    params.load("tiny", overrides={"dataset.task": "gsm8k", "dataset.source": "hub", "dataset.pool_size": 7473,
+                                   "dataset.test_size": 100})  # the whole split is fine
+
+
+def test_middle_with_the_whole_pool_is_named_before_work():
+    with pytest.raises(params.ParamsError, match=r"selects the whole pool for `middle`"):
+        params.load("tiny", overrides={"arms": [{"name": "m", "select": "middle"}], "select.budget_frac": 1.0})
+    params.load("tiny", overrides={"arms": [{"name": "m", "select": "middle"}], "select.budget_frac": 0.4})

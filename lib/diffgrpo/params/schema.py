@@ -679,6 +679,7 @@ def _check_consistent(cfg: Config, where) -> None:
     _check_arms(cfg, fail)
     _check_eval_sets(cfg, fail)
     _check_levels(cfg, fail)
+    _check_rows(cfg, fail)
     if any(r not in PAPERS.names() for r in cfg.analyze.reports) or len(set(cfg.analyze.reports)) != len(cfg.analyze.reports):
         fail("analyze.reports", f"= {cfg.analyze.reports}: each of {PAPERS.names()} at most once")
     bins = cfg.analyze.test_bins
@@ -789,6 +790,29 @@ def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) ->
                   f"(train.prompts_per_step = {per_step} prompts)" if count is None else f"{what}{setting} selects no prompt")
     if n > pool:
         fail(key, f"{what}{setting} selects {n} prompts, more than the pool of dataset.pool_size = {pool}")
+    if a.select == "middle" and n == pool:
+        fail(key, f"{what}{setting} selects the whole pool for `middle`, which takes the prompts nearest the median "
+                  "p_hat inside the interquartile range (about half the pool): the whole pool has no middle. Lower "
+                  "the budget below half the pool, or select `all` or `random`")
+
+
+def _check_rows(cfg: Config, fail) -> None:
+    """A pool larger than the task's training split, where the task declares the split's size
+    (``Task.split_rows``: the hub's and the offline copy's rows; a local file is counted when it
+    is read). One split feeding both the pool and the held-out set must hold both."""
+    from diffgrpo import tasks
+
+    d = cfg.dataset
+    if d.source not in (None, "hub", "offline") or d.task not in tasks.TASKS or d.pool_size is None:
+        return
+    rows = tasks.TASKS.get(d.task).split_rows.get(d.train_split)
+    same = d.train_split == d.test_split
+    wanted = d.pool_size + ((d.test_size or 0) if same else 0)
+    if rows is not None and wanted > rows:
+        fail("dataset.pool_size", f"= {d.pool_size}: task {d.task!r}'s split {d.train_split!r} has {rows} rows, fewer "
+                                  f"than the {wanted} wanted" + (" with dataset.test_size (the pool and the held-out "
+                                  "set are cut from the same split)" if same else "")
+             + "; lower it, or set it to null for the whole split")
 
 
 def _check_eval_sets(cfg: Config, fail) -> None:
