@@ -129,7 +129,7 @@ $(VLLM_STAMP): requirements-gpu.txt
 
 ## the project's vLLM backend on vLLM's real CPU engine (tests marked `vllm`; needs make vllm-env)
 test-vllm: $(VLLM_STAMP)
-	$(PY_VLLM) -m pytest -m vllm -q -rs -p no:cacheprovider tests/test_vllm_backend.py
+	$(PY_VLLM) -m pytest -m vllm -q -rs -p no:cacheprovider tests/test_vllm_engine.py
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

@@ -43,6 +43,7 @@ import functools
 import json
 from pathlib import Path
 
+from diffgrpo.models.loading import dequantized_gguf
 from diffgrpo.models.resolve import model_path
 from diffgrpo.models.generation import Completion, check_fit, encode_prompt
 from diffgrpo.params import Config
@@ -75,9 +76,11 @@ def engine_kwargs(cfg: Config, serve_adapters: bool = True) -> dict:
     prefill settings (this module's docstring)."""
     path, gguf = model_path(cfg)
     if gguf is not None:
-        raise ValueError(f"model.gguf_file = {gguf!r}: the vLLM backend reads HF folders only "
-                         "(vLLM 0.31 needs a plugin for GGUF); use generation.backend: hf, or a dequantized "
-                         "HF folder as model.path (docs/smollm2.md)")
+        if not (Path(path) / gguf).is_file():
+            raise ValueError(f"model.gguf_file = {gguf!r} (not a file in {path}): the vLLM backend reads HF folders "
+                             "only (vLLM 0.31 needs a plugin for GGUF), and serves a local GGUF file from the folder it "
+                             "dequantizes to; use generation.backend: hf, or an HF folder as model.path")
+        path = dequantized_gguf(Path(path), gguf, cfg.model.dtype)  # the tensors the HF backend loads (SmolLM2)
     g = cfg.generation
     kw = dict(model=str(path), tokenizer=str(path), dtype=cfg.model.dtype, seed=cfg.seed,
               tensor_parallel_size=g.vllm_tensor_parallel_size, max_model_len=g.vllm_max_model_len)
