@@ -21,8 +21,10 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -47,29 +49,33 @@ def cfg_vllm(**more) -> params.Config:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """The tiny study through its notebooks, in this environment's Jupyter kernel."""
+def study():
+    """The tiny study through its notebooks, in this environment's Jupyter kernel (in a folder
+    of its own: pytest's numbered temporary folders are pruned by any later session)."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     kernel = KernelSpecManager().get_kernel_spec("diffgrpo")
     assert Path(kernel.argv[0]).resolve().parent == Path(sys.executable).resolve().parent, \
         f"the kernel 'diffgrpo' runs {kernel.argv[0]}, not this environment's python (make vllm-env registers it)"
-    outputs = tmp_path_factory.mktemp("vllm-study")
+    outputs = Path(tempfile.mkdtemp(prefix="diffgrpo-vllm-study-"))
     argv = [sys.executable, "-m", "diffgrpo.study", "tiny", "--kernel", "diffgrpo", "--stages", *STAGES]
     argv += [f"--set={k}={json.dumps(v)}" for k, v in OVERRIDES.items()]
     env = {**os.environ, "DIFFGRPO_OUTPUTS": str(outputs)}
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    os.environ["DIFFGRPO_OUTPUTS"] = str(outputs)  # what layout reads; pytest's own session folder otherwise
-    return cfg_vllm()
+    before = os.environ["DIFFGRPO_OUTPUTS"]
+    os.environ["DIFFGRPO_OUTPUTS"] = str(outputs)  # what layout reads (the session's folder otherwise)
+    yield cfg_vllm()
+    os.environ["DIFFGRPO_OUTPUTS"] = before
+    shutil.rmtree(outputs, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def vllm_gen(study):
+def vllm_gen():
     """This process's engine, as the evaluation builds it (LoRA on: the base and checkpoints)."""
     from diffgrpo.models import resumable_sampling, vllm_engine
 
-    yield resumable_sampling.load_generator(study, batch_size=64, serve_adapters=True)
+    yield resumable_sampling.load_generator(cfg_vllm(), batch_size=64, serve_adapters=True)
     vllm_engine.shutdown()
 
 
@@ -95,7 +101,8 @@ def test_the_study_probed_and_evaluated_on_vllm(study):
 
 
 def _greedy_of_study(cfg, rid: str, step: int) -> pd.DataFrame:
-    s = pd.read_parquet(layout.eval_dir(cfg, rid) / layout.SAMPLES)
+    """The evaluation's greedy completions at ``step`` (0: the base model's own evaluation)."""
+    s = pd.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN if step == 0 else rid) / layout.SAMPLES)
     return s[(s["mode"] == "greedy") & (s["step"] == step)].set_index("prompt_id")
 
 
@@ -136,12 +143,37 @@ def test_greedy_matches_hf_generate(study, step):
             assert (v["num_tokens"], v["finished"]) == (h.num_tokens, h.finished)
 
 
-def test_the_checkpoint_is_applied(study):
-    """Parity of a checkpoint says something only if it differs from the base: the notebook's
-    vLLM greedy completions of the last checkpoint are not the base's."""
-    rid = layout.run_id("hard", 0)
-    base, last = _greedy_of_study(study, rid, 0), _greedy_of_study(study, rid, 4)
-    assert (base["completion"] != last.loc[base.index, "completion"]).any()
+def test_a_lora_request_is_the_merged_adapter(vllm_gen, tmp_path):
+    """The tiny study's 4 training steps leave greedy text as the base's, so a checkpoint's parity
+    alone would not show that the adapter is applied. An adapter with random A and B (PEFT's
+    init_lora_weights=False), rank 8 on every projection, changes it: served as a LoRA request it
+    gives what HF gives with the adapter merged, and not what the base gives."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from diffgrpo.models import resumable_sampling
+    from diffgrpo.models.embedded import default_path
+    from diffgrpo.tasks import splits
+
+    cfg = cfg_vllm()
+    adapter = tmp_path / "checkpoint-1"
+    model = AutoModelForCausalLM.from_pretrained(default_path())
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    get_peft_model(model, LoraConfig(r=8, lora_alpha=8, target_modules=targets, init_lora_weights=False)
+                   ).save_pretrained(adapter)
+    prompts = list(splits.load_test(cfg)["prompt"])
+    kw = dict(n=1, temperature=0.0, max_new_tokens=cfg.evaluate.sampling.max_new_tokens, progress=False)
+    served = resumable_sampling.load_generator(cfg, batch_size=64, adapter=adapter, serve_adapters=True)
+    assert served.llm is vllm_gen.llm  # the one engine, a LoRA request
+    ours = [c[0].text for c in served.generate(prompts, **kw)]
+    base = [c[0].text for c in vllm_gen.generate(prompts, **kw)]
+    hf = hf_gen(cfg, adapter)
+    theirs = [c[0].text for c in hf.generate(prompts, **kw)]
+    rate, first = _agreement(hf.tokenizer, ours, theirs)
+    print(f"\ngreedy parity, a random rank-8 adapter: {rate:.3f} of {len(prompts)} identical {first or '(no difference)'}; "
+          f"{sum(a != b for a, b in zip(ours, base))} of {len(prompts)} differ from the base")
+    assert sum(a != b for a, b in zip(ours, base)) >= len(prompts) // 2
+    assert rate >= 0.9, f"vLLM's LoRA request and HF's merged adapter agree on {rate:.2f}; first difference at {first}"
 
 
 def test_num_tokens_and_finished_mean_the_same(study, vllm_gen):
