@@ -81,7 +81,7 @@ def compare_backends(args) -> None:
                 ("evaluate greedy", 1, 0.0, 1.0, e.sampling.max_new_tokens),
                 ("evaluate sampled", e.n_samples, e.sampling.temperature, e.sampling.top_p, e.sampling.max_new_tokens)]
         print(f"{backend}: {cfg.model.name}, generator up in {up:.1f} s")
-        for name, n, temperature, top_p, max_new in runs:
+        for name, n, temperature, top_p, max_new in [r for r in runs if r[1]]:  # n_samples 0: no sampled evaluation
             start = time.perf_counter()
             out = gen.generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new, seed=0,
                                progress=False)
