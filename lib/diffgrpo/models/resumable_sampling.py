@@ -86,10 +86,12 @@ def _readable(part: Path) -> pd.DataFrame | None:
         return None
 
 
-def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None):
+def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None, serve_adapters: bool = False):
     """The generator of the probe and evaluation that ``generation.backend`` names, for the
-    base model or the base plus a LoRA ``adapter`` (merged for HF; served unmerged by vLLM)."""
+    base model or the base plus a LoRA ``adapter`` (merged for HF; served unmerged by vLLM).
+    ``serve_adapters``: the process serves checkpoints too, so vLLM's one engine is built with
+    LoRA for the base model already (the evaluation; the probe's engine has no LoRA)."""
     if cfg.generation.backend == "vllm":
-        return vllm_engine.generator(cfg, adapter=adapter)
+        return vllm_engine.generator(cfg, adapter=adapter, serve_adapters=serve_adapters)
     model, tokenizer = resolve.load_model(cfg, adapter=adapter)
     return HFGenerator(model, tokenizer, batch_size=batch_size, chat_template_kwargs=cfg.model.chat_template_kwargs)

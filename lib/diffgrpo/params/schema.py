@@ -196,6 +196,7 @@ class GenerationBackendConfig(_Section):
     vllm_gpu_memory_utilization: Frac
     vllm_tensor_parallel_size: PosInt
     vllm_max_model_len: PosInt | None
+    vllm_cpu_kv_cache_gib: Annotated[float, Field(gt=0.0)]  # vLLM's CPU build: host RAM for the KV cache
 
 
 class EvalSetConfig(_Section):
