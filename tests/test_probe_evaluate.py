@@ -75,7 +75,7 @@ def test_probe_resumes_where_it_stopped(cfg, monkeypatch):
 
     rows = splits.load_pool(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
-    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    monkeypatch.setenv("DIFFGRPO_PROGRESS", "off")  # no bar in the test log
     # chunks of 16 prompts: the K-sample pass has 3 chunks; fail during the second
     monkeypatch.setattr(probe, "sample_and_score",
                         lambda *a, **k: sampling.sample_and_score(*a, **{**k, "chunk_size": 16}))
@@ -120,7 +120,7 @@ def test_evaluation_reuses_written_chunks_without_loading_the_model(cfg, monkeyp
 
     rows = splits.load_test(cfg)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
-    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    monkeypatch.setenv("DIFFGRPO_PROGRESS", "off")  # no bar in the test log
     _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))
     out = evaluate.evaluate_base(cfg, progress=False)
     first = pd.read_parquet(out / "summary.parquet")
@@ -151,7 +151,7 @@ def test_an_evaluation_set_is_scored_on_its_own_rows_with_its_own_settings(cfg, 
     ood = cfg.for_eval_set("ood")
     rows = pd.concat([splits.load_test(cfg), splits.load_test(ood)], ignore_index=True)
     task = get(cfg.dataset.task, **cfg.dataset.task_options)
-    monkeypatch.setattr(sampling, "tqdm", lambda *a, **k: __import__("tqdm").tqdm(disable=True))
+    monkeypatch.setenv("DIFFGRPO_PROGRESS", "off")  # no bar in the test log
     _patch_generator(monkeypatch, evaluate, ScriptedGenerator(task, rows))
     test_dir, ood_dir = evaluate.evaluate_base(cfg, progress=False), evaluate.evaluate_base(cfg, False, "ood")
     assert test_dir == layout.eval_dir(cfg, "base") and ood_dir.parent.name == "eval-ood"
