@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from diffgrpo.models.devices import free_port
 from diffgrpo.study.notebooks import KERNEL, STAGES
 
 pytestmark = pytest.mark.lab
@@ -33,12 +33,6 @@ CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chro
 EXPECT = {"01_probe": (1, 0, 1), "02_select": (1, 0, 0), "03_train": (1, 0, 1), "04_evaluate": (1, 0, 1),
           "05_analyze": (2, 2, 0)}
 CELL_TIMEOUT_S = 900
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tiny_copy(stage: str, folder: Path) -> Path:
@@ -74,7 +68,7 @@ def lab(tmp_path_factory):
     env.update(DIFFGRPO_PROJECT=str(ROOT), DIFFGRPO_OUTPUTS=str(work / "outputs"), OMP_NUM_THREADS="1",
                JUPYTERLAB_SETTINGS_DIR=str(work / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(work / "workspaces"),
                JUPYTER_RUNTIME_DIR=str(work / "runtime"))
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = open(work / "jupyterlab.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from diffgrpo import tasks
+from diffgrpo.store.artifacts import file_digest
 from diffgrpo.params import Config
 
 
@@ -96,13 +97,7 @@ def source_fingerprint(source: str | None) -> str | None:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _SOURCE_DIGESTS:
-        import hashlib
-
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        _SOURCE_DIGESTS[key] = h.hexdigest()[:16]
+        _SOURCE_DIGESTS[key] = file_digest(path)[:16]
     return _SOURCE_DIGESTS[key]
 
 
