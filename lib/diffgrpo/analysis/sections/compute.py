@@ -26,6 +26,7 @@ from diffgrpo.train.ledger import PROBE_CHARGE
 
 TABLES = ("compute",)
 FIGURES = ("fig_gain_vs_rollouts",)
+MEASURED = ("cpu_seconds", "gpu_seconds")  # the machine's clock, not a result: two runs of one study differ here
 
 
 def ledger_rows(study) -> pd.DataFrame:
