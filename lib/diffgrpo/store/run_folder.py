@@ -170,10 +170,10 @@ class RunFolder:
         lost = [f"{layout.CHECKPOINTS}/checkpoint-{s}" for s in sorted(saved - have)]
         lost += [f for f in (layout.PARAMS, layout.TRL_CONFIG) if not (self.path / f).is_file()]
         if lost:
-            kept = artifacts.set_aside(self.path, "damaged")
+            left = (f"kept what is left as {artifacts.set_aside(self.path, 'damaged').name}" if self.path.exists()
+                    else "nothing of it is left")
             raise artifacts.ArtifactError(f"{self.path}: files of the run disappeared while it trained ({', '.join(lost)}); "
-                                          f"kept what is left as {kept.name}; rerun the train stage (03_train), which "
-                                          "trains the run anew")
+                                          f"{left}; rerun the train stage (03_train), which trains the run anew")
 
     def set_aside(self, old_key: dict) -> Path:
         """Move a run trained with other settings out of the way, never deleting it."""

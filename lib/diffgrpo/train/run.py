@@ -16,10 +16,13 @@ epoch), so a resumed run sees the prompts an uninterrupted one does.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -320,7 +323,7 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
     if budget.spent():  # spent before an interruption: the level is over
         local = resumed_step
     else:
-        with quiet_renamed_arguments():
+        with quiet_renamed_arguments(), _named_if_the_folder_went(run, tidy):
             run.output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         local = trainer.state.global_step
     written = run.groups = recorder.write(run.folder.path)  # every process's groups
@@ -338,6 +341,29 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
     run.offset += local
     run.budget_spent = level_spent
     return True
+
+
+@contextlib.contextmanager
+def _named_if_the_folder_went(run: Run, tidy: Tidy):
+    """A run folder deleted while TRL writes into it surfaces as a raw OSError from deep inside a
+    save, or from TensorBoard's writer thread (printed as an unhandled thread exception). Name it
+    as the run's loss, with what to do (:meth:`RunFolder.check_nothing_lost` raises when files of
+    the run are gone); any other error goes through as it is."""
+    folder, before = str(run.folder.path), threading.excepthook
+
+    def hook(args):  # TensorBoard's events file vanished with the folder: the main thread names it
+        if not (isinstance(args.exc_value, FileNotFoundError) and os.fsdecode(args.exc_value.filename or "").startswith(folder)):
+            before(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    except OSError:
+        if run.is_main:
+            run.folder.check_nothing_lost(run.saved | tidy.saved)
+        raise
+    finally:
+        threading.excepthook = before
 
 
 def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Recorder,
