@@ -20,7 +20,7 @@ SMALL = {
     "include": "paper002_embedded.yaml", "study": "paper002_small", "workers": 1,
     "dataset": {"pool_size": 60, "test_size": 24},
     "probe": {"k": 4},
-    "train": {"max_steps": 6, "prompts_per_step": 4, "group_size": 4, "max_completions": 96, "save_steps": 3,
+    "train": {"seeds": [0], "max_steps": 6, "prompts_per_step": 4, "group_size": 4, "max_completions": 96, "save_steps": 3,
               "lora": {"r": 4, "alpha": 8}},
     "eprli": {"levels": [{"name": "easy", "p_hat": [0.5, 1.0], **LEVEL},
                          {"name": "hard", "p_hat": [0.0, 0.49], **LEVEL, "max_completion_length": 64}]},
