@@ -320,7 +320,8 @@ REPORT_FILES = {
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
     "confounds.csv", "confounds.md", "fig_length.png", "compute.csv", "compute.md", "budgets.csv", "budgets.md",
-    "budget_contrasts.csv", "budget_contrasts.md",
+    "budget_contrasts.csv", "budget_contrasts.md", "checkpoint_contrasts.csv", "checkpoint_contrasts.md",
+    "fig_checkpoint_contrasts.png",
 }
 
 
@@ -333,8 +334,14 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
 
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
-                            "confounds", "test_difficulty", "plateau", "compute", "003"}  # analyze.reports: ["003"]
+                            "confounds", "test_difficulty", "plateau", "compute", "checkpoint_contrasts",
+                            "003"}  # analyze.reports: ["003"]
     assert summary["plateau"] is None  # its test prompts are not the task's rows: no tiers to test
+    # checkpoints 5 and 10 are evaluated: hard (policy hard, the reference) against easy at each, Holm over both
+    (lead,) = summary["checkpoint_contrasts"]["leads"]
+    assert (lead["ahead"], lead["from_step"]) == ("hard", 5) and "Holm-adjusted across 2 checkpoint" in lead["words"]
+    assert [(r["step"], r["a"], r["b"], r["diff_pp"]) for r in summary["checkpoint_contrasts"]["rows"]] == [
+        (5, "hard", "easy", 5.0), (10, "hard", "easy", 10.0)]
     # runs made before the compute ledger: their rows say nothing rather than a wrong number
     assert summary["compute"]["runs"][0]["total_rollouts"] is None
     # the length view: first and last step of 10 (FIRST_STEPS_FRAC), and the whole run

@@ -75,6 +75,11 @@ def test_gains_per_test_bin_and_on_each_arm_s_own_difficulty(study):
     assert sp["matched"]["ci95"][1] - sp["matched"]["ci95"][0] > sp["common"]["ci95"][1] - sp["common"]["ci95"][0]
     assert "hard minus easy is +8.1 points [" in td["verdict"]
     assert "the spread is inside the noise already under matched scoring" in td["verdict"]
+    # the share of the matched spread the scoring makes: 1 - 10 / 8.08 on the points, but the matched
+    # spread's interval holds 0, so no finite interval (the README's 1 - 4.6 / 18.3 case)
+    share = sp["share_removed"]
+    assert share["pct"] == pytest.approx(100 * (1 - 10 / (100 * 15 / 110 - 100 * 5 / 90)), abs=1e-4)
+    assert share["ci95"] is None and "no finite 95% interval" in share["words"] and share["words"] in td["verdict"]
 
     out = layout.report_dir(study)
     for name in ("test_bins.csv", "test_bins.md", "fig_test_bins.png", "matched_test.csv", "matched_test.md",
@@ -92,6 +97,27 @@ def test_a_test_prompt_the_probe_does_not_cover_is_named(study):
     pd.read_parquet(path).iloc[1:].to_parquet(path)
     with pytest.raises(ValueError, match="test prompt 't000' is scored but not in the test set's probe"):
         analyze.report(study)
+
+
+def test_the_share_of_the_spread_the_scoring_makes_has_an_interval_only_where_the_spread_is_known():
+    """1 - common / matched per resample; its interval narrows with the matched spread's, is
+    called wide past WIDE points, and is not given where the matched spread may be 0."""
+    rng = np.random.default_rng(0)
+    common = rng.normal(5.0, 1.0, 4000)
+    tight = by_test_difficulty.removed_share({"diff_pp": 20.0, "excludes_zero": True}, {"diff_pp": 5.0},
+                                             rng.normal(20.0, 1.0, 4000), common)
+    assert tight["pct"] == pytest.approx(75.0)
+    lo, hi = tight["ci95"]
+    assert 60 < lo < 75 < hi < 85 and "[" in tight["words"] and "wide" not in tight["words"]
+    loose = by_test_difficulty.removed_share({"diff_pp": 20.0, "excludes_zero": True}, {"diff_pp": 5.0},
+                                             rng.normal(20.0, 6.0, 4000), rng.normal(5.0, 6.0, 4000))
+    assert loose["ci95"][1] - loose["ci95"][0] > by_test_difficulty.WIDE and "a wide interval" in loose["words"]
+    unknown = by_test_difficulty.removed_share({"diff_pp": 18.3, "excludes_zero": False}, {"diff_pp": 4.6},
+                                               rng.normal(18.3, 11.0, 4000), common)
+    assert unknown["pct"] == pytest.approx(100 * (1 - 4.6 / 18.3)) and unknown["ci95"] is None
+    assert "On the point estimates the matched scoring makes 75% of the spread (1 - 4.6 / 18.3)" in unknown["words"]
+    none = by_test_difficulty.removed_share({"diff_pp": 0.0, "excludes_zero": False}, {"diff_pp": 4.6}, common, common)
+    assert none["pct"] is None and none["ci95"] is None
 
 
 def test_bins_hold_their_lower_edge_first():

@@ -7,7 +7,7 @@ CSV + markdown, figures as PNG, and ``summary.json``. This module reads the stud
 (:func:`read_study`: the runs, each arm's gain with its interval, the paired contrasts, accuracy
 by checkpoint, learnability, Figure 3's fit) into a :class:`StudyReport`; :func:`report` hands it
 to every section of :mod:`diffgrpo.analysis.sections` (what every study gets: runs, arms,
-contrasts, accuracy by checkpoint, learnability, per tier, the selections' p_hat, length, test
+contrasts, accuracy by checkpoint, contrasts at every checkpoint, learnability, per tier, the selections' p_hat, length, test
 difficulty) and to one module per name in ``analyze.reports`` (:mod:`diffgrpo.analysis.papers`:
 ``paper003`` Tables 1, 2, 4, Figure 3; ``paper001`` base-wrong vs base-right vs all;
 ``paper000`` accuracy per tier, steps to match, transfer). Statistics:

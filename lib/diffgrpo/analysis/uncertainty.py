@@ -172,6 +172,17 @@ def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1) -> MeanDist:
 
 
 
+def draws(dist: MeanDist, rng: np.random.Generator) -> np.ndarray:
+    """Draws of a mean from its distribution, one per prompt resample: the resample's prompt
+    part plus a t draw of the seed part. The dists of one :class:`Bootstrap` drawn with one
+    ``rng`` share their prompt resamples (row r of each is the same resample of the test
+    prompts) and have independent seed parts: joint draws of arms trained in separate runs, for
+    a statistic no closed form covers (a ratio, a crossing)."""
+    t = rng.standard_t(dist.df, len(dist.dev)) if dist.se_seed > 0 else 0.0
+    return dist.est + dist.dev + dist.se_seed * t
+
+
+
 def interval(boot: np.ndarray, level: float = 0.95, method: str = "linear") -> list[float]:
     """Percentile interval of the resampled values (``method``: numpy's; ``"inverted_cdf"``
     takes resampled values only, for a statistic on a grid or with infinite values)."""
@@ -263,8 +274,7 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
     gains in points (a - b), its interval, p-value (with its Monte Carlo error and the resamples
     it took), and Holm's within its family: ``arms`` (pairs of verifier-reward arms) or
     ``control`` (a pair with a ``control`` arm). ``decision``: differs / not distinguishable /
-    undecided, by Holm's step-down (:func:`holm_step_down`: resamples are spent only on the p
-    that decides a step)."""
+    undecided, by Holm's step-down (:func:`decide`)."""
     arms, control = arm_order(s for s, _ in scores.runs), set(control)
     rows, diffs = [], []
     for i, a in enumerate(arms):
@@ -276,7 +286,18 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
             family = "control" if {a, b} & control else "arms"
             rows.append({"a": a, "b": b, "family": family, "diff_pp": float(diff.mean()), "n_seeds": len(common)})
             diffs.append(diff)
-    out = pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    return decide(pd.DataFrame(rows, columns=CONTRAST_COLUMNS), diffs, boot, alpha, max_refine)
+
+
+def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: float = ALPHA,
+           max_refine: int = MAX_REFINE) -> pd.DataFrame:
+    """The intervals, p-values and Holm's decisions of paired contrasts: ``out`` has a row per
+    contrast (a ``family`` column among its own; a RangeIndex), ``diffs`` its prompts x seeds
+    differences in points. Holm's step-down runs within each family (:func:`holm_step_down`:
+    resamples are spent only on the p that decides a step); adds ``ci_low``, ``ci_high``, ``p``,
+    ``p_mc_se``, ``resamples``, ``p_holm``, ``excludes_zero``, ``decision``, ``undecided``,
+    ``significant_holm``."""
+    out = out.copy()
     blocks, dists = [1] * len(diffs), [mean_dist(d, boot) for d in diffs]
 
     def p_of(i: int, refine: bool):

@@ -1,7 +1,15 @@
 """Blog 001 (a summary of paper 003): train on the prompts the base model got wrong in a
 one-sample probe ("base-wrong") vs those it got right ("base-right"), each cut to the other's
 size, vs the whole pool ("all"). The blog reports base-wrong 14.3% better than size-matched
-base-right (relative), and base-wrong 85% vs all 82% average accuracy.
+base-right (relative), and base-wrong 85% vs all 82% average accuracy, and calls the
+one-sample probe "a much cheaper filter".
+
+"Cheaper" as a number: each arm's gain per 1,000 total rollouts, from the compute ledger
+(:mod:`diffgrpo.analysis.sections.compute`: training completions generated plus the probe
+charged, :data:`diffgrpo.train.ledger.PROBE_CHARGE`), with its 95% interval (the gain's, divided
+by the arm's mean total rollouts, taken as fixed: a run's total is set by its steps or its
+completion budget, not by chance). The ledger charges the whole probe to a run whose policy read
+it, K samples a prompt included, not the one-sample pass alone.
 
 Which arms are compared is read from their policies, not their names: the base-wrong arm is
 the one with policy ``base_wrong_matched`` (else ``base_wrong``), base-right likewise, all the
@@ -17,7 +25,9 @@ Section ``"001"`` of summary.json::
                                                            # 95% intervals, Holm-adjusted p within its
                                                            # family and the decision (diffgrpo.analysis.uncertainty)
      "seed_variance": whether the intervals include it (not with one seed),
-     "reason": null or why the relative improvement is not given}
+     "reason": null or why the relative improvement is not given,
+     "cost": {"arms": {name: {"total_rollouts", "gain_pp", "gain_per_1k_rollouts", "ci95"}},  # nulls: no ledger
+              "probe_charge", "words", "reason": null or why no arm has a cost}}
 """
 
 from __future__ import annotations
@@ -26,16 +36,44 @@ import numpy as np
 import pandas as pd
 
 from diffgrpo.analysis.papers import arm_selecting
+from diffgrpo.analysis.sections.compute import arm_rollouts
 from diffgrpo.store import layout
-from diffgrpo.analysis.tables import beside, summarize
+from diffgrpo.analysis.tables import DIGITS, beside, summarize
 from diffgrpo.analysis.uncertainty import _round
+from diffgrpo.train.ledger import PROBE_CHARGE
 
 PAIRS = (("base_wrong_matched", "base_right_matched"), ("base_wrong", "base_right"))
 
 
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
-TABLES = ("table_accuracy",)
+TABLES = ("table_accuracy", "table_cost")
 FIGURES = ()
+
+
+def cost(study, order: list[str]) -> dict:
+    """Per arm (``order`` first): gain per 1,000 total rollouts with its 95% interval, from the
+    ledger; writes ``table_cost``. An arm whose runs predate the ledger has nulls."""
+    arms = arm_rollouts(study).set_index("strategy")
+    arms = arms.loc[[a for a in order if a in arms.index] + [a for a in arms.index if a not in order]]
+    per = 1000.0 / arms["total_rollouts"]
+    table = arms.assign(gain_per_1k_rollouts=arms["gain_pp"] * per, ci_low_per_1k=arms["ci_low"] * per,
+                        ci_high_per_1k=arms["ci_high"] * per).reset_index()
+    known = table.dropna(subset=["total_rollouts"])
+    words = "; ".join(f"{r['strategy']} {r['gain_per_1k_rollouts']:+.2f} [{r['ci_low_per_1k']:+.2f}, "
+                      f"{r['ci_high_per_1k']:+.2f}] points per 1,000 rollouts ({r['total_rollouts']:,.0f} rollouts)"
+                      for r in known.to_dict("records"))
+    reason = None if len(known) else "no run of the study has a compute ledger (trained before it existed)"
+    study.write_table("table_cost", f"Gain per 1,000 total rollouts (blog 001's \"cheaper filter\" as a number): "
+                      f"points of {study.metric} gained over the base model per 1,000 rollouts, training completions "
+                      f"generated plus the probe charged {PROBE_CHARGE}; 95% interval: the gain's over {study.over}, "
+                      "the rollouts taken as fixed",
+                      table[["strategy", "total_rollouts", "gain_pp", "ci_low", "ci_high", "gain_per_1k_rollouts",
+                             "ci_low_per_1k", "ci_high_per_1k"]].round(DIGITS), reason or words + ".")
+    return {"arms": {r["strategy"]: {"total_rollouts": _round(r["total_rollouts"]), "gain_pp": _round(r["gain_pp"]),
+                                     "gain_per_1k_rollouts": _round(r["gain_per_1k_rollouts"]),
+                                     "ci95": [_round(r["ci_low_per_1k"]), _round(r["ci_high_per_1k"])]}
+                     for r in table.to_dict("records")},
+            "probe_charge": PROBE_CHARGE, "words": words or None, "reason": reason}
 
 
 def write(study) -> dict:
@@ -84,4 +122,5 @@ def write(study) -> dict:
         "seed_variance": ("included (a t with seeds - 1 degrees of freedom)" if len(pairs) and pairs["n_seeds"].min() > 1
                           else "not included: one seed, so the intervals and p cover the test prompts only"),
         "reason": reason,
+        "cost": cost(study, [a for a in (wrong, right, all_arm) if a]),
     }

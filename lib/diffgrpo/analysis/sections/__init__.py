@@ -1,6 +1,7 @@
 """The sections of every study's report, one module each, in the order the report writes them
 (and the notebook shows their figures): ``runs``, ``verdict``, ``regression``, ``arms``,
-``contrasts``, ``curves``, ``learnability``, ``tiers``, ``plateau``, ``selections``, ``confounds``,
+``contrasts``, ``curves``, ``checkpoint_contrasts`` (each pair at every evaluated checkpoint),
+``learnability``, ``tiers``, ``plateau``, ``selections``, ``confounds``,
 ``compute`` (the ledger: gain against total rollouts), ``budgets`` (arms at equal total
 rollouts, online against offline), ``probe_budget`` (a cheaper probe: K sweep, adaptive
 probing), ``test_difficulty``, ``paper_tables``. A section has the contract of a paper's report
@@ -57,8 +58,8 @@ from diffgrpo.registry import Registry
 #: the built-in sections (modules of this package), in report order; the name is the section's
 #: (its summary.json key where it writes one), the module says what it holds
 BUILT_IN = {name: f"{__name__}.{name}" for name in (
-    "runs", "verdict", "regression", "arms", "contrasts", "curves", "learnability", "tiers", "plateau", "selections",
-    "confounds", "compute", "budgets", "probe_budget")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
+    "runs", "verdict", "regression", "arms", "contrasts", "curves", "checkpoint_contrasts", "learnability", "tiers",
+    "plateau", "selections", "confounds", "compute", "budgets", "probe_budget")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
 
 #: every section: the built-in ones, then those a plugin or a notebook registered, in that order
 SECTIONS: Registry[Any] = Registry("report section", ValueError, BUILT_IN,

@@ -6,28 +6,48 @@ An arm named ``<method>.<label>`` (``hard.b2``, ``all_posterior.b2``) is drawn a
 method across budgets. Each arm is ``offline`` (its selection read the probe, which it is
 charged), ``online`` (selection inside training) or ``no probe`` (:func:`diffgrpo.train.ledger.arm_kind`).
 
+**Rollouts to reach a target** (a method studied at two budgets or more): the target is the
+largest gain any arm reaches at the smallest budget (its point estimate, then held fixed: "what
+the cheapest budget buys at best"); per method, the total rollouts (the ledger's, the probe
+charged; the plan's where a run predates the ledger) at which its gain first reaches it, by
+linear interpolation between its budgets. Below its smallest budget nothing is measured, so a
+method there already reads "at or below" that total; one that no budget brings there reads
+"not reached within the budgets studied", never an extrapolation. The 95% interval is the
+crossing per resample: every arm's gain drawn from the study's resamples of the test prompts
+(shared by the arms) and its own seed part (:func:`diffgrpo.analysis.uncertainty.draws`),
+interpolated as the point is; its ends carry the same two censored readings. One method is
+named the cheapest only when its interval lies below every other method's (no overlap: a
+conservative reading, not a test of each pair); else the words say the data cannot tell. The
+arm that sets the target reaches it at the smallest budget by construction, and about half its
+resamples fall short there: the upper end of its method's interval says so.
+
 Writes ``budgets.csv`` / ``budgets.md`` (per budget and arm: rollouts spent, accuracy, gain with
-its 95% interval), ``budget_contrasts.csv`` / ``.md`` and ``fig_accuracy_vs_rollouts.png``. Its part
-of ``summary.json`` (nothing for a study with no two arms at one budget)::
+its 95% interval), ``budget_contrasts.csv`` / ``.md``, ``rollouts_to_target.csv`` / ``.md`` (only
+with a method at two budgets) and ``fig_accuracy_vs_rollouts.png``. Its part of ``summary.json``
+(nothing for a study with no two arms at one budget)::
 
     {"budgets": {"<total>": {"arms": {arm: {"kind", "total_rollouts", "accuracy", "gain_pp", "ci95"}},
                              "contrasts": [{"a", "b", "diff_pp", "ci95", "p_holm", "decision"}],
                              "verdict": one sentence}},
-     "budgets_verdict": the verdict over every budget, in words}
+     "rollouts_to_target": {"target": {"gain_pp", "accuracy", "budget", "set_by"},   # with a method at 2+ budgets
+                            "methods": {method: {"kind", "totals", "rollouts", "reading", "ci95", "ci95_words"}},
+                            "verdict": one sentence},                                # rollouts / ci95: null where
+     "budgets_verdict": the verdict over every budget and the target, in words}      # not reached
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from diffgrpo.analysis.sections.compute import arm_rollouts
 from diffgrpo.analysis.tables import DIGITS
-from diffgrpo.analysis.uncertainty import _round, contrasts
+from diffgrpo.analysis.uncertainty import ALPHA, _round, contrasts, draws, interval, mean_dist
 from diffgrpo.store.artifacts import save_figure
 from diffgrpo.train.ledger import arm_kind, planned_rollouts
 
-TABLES = ("budgets", "budget_contrasts")
+TABLES = ("budgets", "budget_contrasts", "rollouts_to_target")
 FIGURES = ("fig_accuracy_vs_rollouts",)
 
 
@@ -40,6 +60,11 @@ def budgets(study) -> dict[int, list[str]]:
         if total is not None and a.name in done:
             out.setdefault(total, []).append(a.name)
     return {b: arms for b, arms in sorted(out.items()) if len(arms) >= 2}
+
+
+def method_of(arm: str) -> str:
+    """An arm ``<method>.<label>``'s method (``hard.b960`` -> ``hard``); an arm without a label is its own."""
+    return arm.split(".")[0]
 
 
 def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
@@ -58,7 +83,7 @@ def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
 def plot(table: pd.DataFrame, metric: str) -> Figure:
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
-    for method, g in table.assign(method=table["strategy"].str.split(".").str[0]).groupby("method", sort=False):
+    for method, g in table.assign(method=table["strategy"].map(method_of)).groupby("method", sort=False):
         g = g.sort_values("total_rollouts")
         ax.errorbar(g["total_rollouts"], g["accuracy"], yerr=[g["accuracy"] - g["acc_low"], g["acc_high"] - g["accuracy"]],
                     marker="o", capsize=3, label=f"{method} ({g['kind'].iloc[0]})")
@@ -99,4 +124,94 @@ def write(study) -> dict:
     study.write_table("budget_contrasts", "Contrasts at equal total rollouts: gain of a minus gain of b (points), "
                       "Holm-adjusted within each budget", pair_table.round(DIGITS))
     save_figure(plot(table, study.metric), study.out / "fig_accuracy_vs_rollouts.png")
-    return {"budgets": out, "budgets_verdict": " ".join(v["verdict"] for v in out.values())}
+    words = [v["verdict"] for v in out.values()]
+    to_target = rollouts_to_target(study, table)
+    if to_target:
+        words.append(to_target["verdict"])
+    return {"budgets": out, **({"rollouts_to_target": to_target} if to_target else {}), "budgets_verdict": " ".join(words)}
+
+
+# ---- rollouts to reach a target -----------------------------------------------------------
+
+
+def crossing(totals: np.ndarray, gains: np.ndarray, level: float) -> np.ndarray:
+    """Where each row of ``gains`` (draws x budgets, at ``totals`` ascending) first reaches
+    ``level``, by linear interpolation between budgets: ``totals[0]`` when the smallest budget
+    reaches it already (read "at or below"), inf when no budget does (not reached)."""
+    gains = np.atleast_2d(np.asarray(gains, float))
+    reached = gains >= level
+    first = reached.argmax(axis=1)
+    if len(totals) == 1:
+        return np.where(reached[:, 0], totals[0], np.inf)
+    i, rows = np.maximum(first, 1), np.arange(len(gains))
+    y0, y1 = gains[rows, i - 1], gains[rows, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        between = totals[i - 1] + (level - y0) / (y1 - y0) * (totals[i] - totals[i - 1])
+    return np.where(~reached.any(axis=1), np.inf, np.where(first == 0, totals[0], between))
+
+
+def reading(v: float, totals: np.ndarray) -> str:
+    """A crossing in words: "at or below" the smallest budget, a number, or not reached."""
+    if np.isinf(v):
+        return f"not reached within {totals[-1]:,.0f}"
+    return f"at or below {totals[0]:,.0f}" if v <= totals[0] else f"{v:,.0f}"
+
+
+def target_rows(study, table: pd.DataFrame) -> tuple[dict, pd.DataFrame] | None:
+    """The target (the largest gain at the smallest budget) and, per method studied at two
+    budgets or more, its totals, the crossing and its interval; None without such a method."""
+    table = table.assign(method=table["strategy"].map(method_of),
+                         totals=table["total_rollouts"].fillna(table["budget"]).astype(float))
+    if table.groupby("method")["budget"].nunique().max() < 2:
+        return None
+    smallest = table[table["budget"] == table["budget"].min()].sort_values("gain_pp", ascending=False).iloc[0]
+    target = {"gain_pp": float(smallest["gain_pp"]), "accuracy": float(smallest["accuracy"]),
+              "budget": int(smallest["budget"]), "set_by": smallest["strategy"]}
+    rng, rows = np.random.default_rng([study.cfg.analyze.seed, 31]), []
+    for method, g in table.groupby("method", sort=False):
+        g = g.sort_values("totals")
+        totals = g["totals"].to_numpy(float)
+        gains = [draws(mean_dist(100.0 * (study.scores.at(a) - study.scores.base[:, None]), study.boot), rng)
+                 for a in g["strategy"]]
+        point = float(crossing(totals, g["gain_pp"].to_numpy(float)[None, :], target["gain_pp"])[0])
+        lo, hi = interval(crossing(totals, np.column_stack(gains), target["gain_pp"]), 1 - ALPHA, method="inverted_cdf")
+        rows.append({"method": method, "kind": g["kind"].iloc[0], "totals": [_round(t) for t in totals],
+                     "rollouts": point, "ci_low": lo, "ci_high": hi, "reading": reading(point, totals),
+                     "ci95_words": f"[{reading(lo, totals)}, {reading(hi, totals)}]"})
+    return target, pd.DataFrame(rows).sort_values("rollouts", kind="stable").reset_index(drop=True)
+
+
+def target_verdict(target: dict, rows: pd.DataFrame, over: str) -> str:
+    """One sentence: the method that reaches the target with fewest rollouts, when its interval
+    lies below every other's, or that the intervals overlap."""
+    best, others = rows.iloc[0], rows.iloc[1:]
+    head = (f"To reach a gain of {target['gain_pp']:+.1f} points (the most any arm gains at the smallest budget, "
+            f"{target['set_by']} at {target['budget']:,} total rollouts), {best['method']} needs the fewest on the point "
+            f"estimates, {best['reading']} {best['ci95_words']}")
+    tied = others[others["ci_low"] <= best["ci_high"]]["method"].tolist()
+    if not tied:
+        return head + f", and its 95% interval lies below every other method's ({over})."
+    return head + (f", but its 95% interval overlaps {', '.join(tied)}'s: the data cannot tell which method gets "
+                   f"there with fewest rollouts ({over}).")
+
+
+def rollouts_to_target(study, table: pd.DataFrame) -> dict | None:
+    """Writes ``rollouts_to_target`` and returns its part of ``summary.json`` (module docstring);
+    None, writing nothing, without a method studied at two budgets."""
+    found = target_rows(study, table)
+    if found is None:
+        return None
+    target, rows = found
+    line = target_verdict(target, rows, f"95% intervals over {study.over}")
+    study.write_table("rollouts_to_target", f"Total rollouts (the probe charged) to reach a gain of "
+                      f"{target['gain_pp']:+.2f} points ({study.metric} {target['accuracy']:.4f}), the most any arm "
+                      f"gains at the smallest budget ({target['set_by']}, {target['budget']:,}); linear between a "
+                      "method's budgets, 95% interval over resamples (blank: not reached, in words beside it)",
+                      rows.assign(totals=rows["totals"].map(lambda t: ", ".join(f"{v:,.0f}" for v in t)))
+                      .replace(np.inf, np.nan).round(DIGITS), line)
+    finite = lambda v: _round(v) if np.isfinite(v) else None  # noqa: E731
+    return {"target": {k: _round(v) if isinstance(v, float) else v for k, v in target.items()},
+            "methods": {r["method"]: {"kind": r["kind"], "totals": r["totals"], "rollouts": finite(r["rollouts"]),
+                                      "reading": r["reading"], "ci95": [finite(r["ci_low"]), finite(r["ci_high"])],
+                                      "ci95_words": r["ci95_words"]} for r in rows.to_dict("records")},
+            "verdict": line}

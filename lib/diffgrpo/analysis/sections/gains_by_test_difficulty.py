@@ -1,8 +1,9 @@
 """Test prompts by difficulty (with ``probe.test``, the base model probed on the test set too):
 every arm's gain per test-difficulty bin (``analyze.test_bins``), and each arm scored on the test
 prompts of its own training difficulty beside the common test set, as 003's released code scored
-its arms, with the spread between the first and last arm under both
-(:mod:`diffgrpo.analysis.by_test_difficulty`).
+its arms, with the spread between the first and last arm under both and the share of the
+matched spread that the scoring makes, with its interval (``spread.share_removed``:
+:mod:`diffgrpo.analysis.by_test_difficulty`).
 
 Writes ``test_bins.csv`` / ``.md``, ``fig_test_bins.png``, ``matched_test.csv`` / ``.md`` and
 ``fig_matched_test.png``, none without ``probe.test``. Its part of ``summary.json``:
@@ -36,7 +37,7 @@ def write(study) -> dict:
     save_figure(figures.plot_test_bins(bins), out / "fig_test_bins.png")
     ranges = by_test_difficulty.training_ranges(study.selections)
     table, dists = by_test_difficulty.matched(scores, p_hat, ranges, study.boot)
-    sp = by_test_difficulty.spread(table, dists, study.pairs, study.control, seed)
+    sp = by_test_difficulty.spread(table, dists, study.pairs, study.control, seed, scores, study.boot)
     line = by_test_difficulty.verdict(sp)
     write_csv(out / "matched_test.csv", table.round(DIGITS))
     write_text(out / "matched_test.md", "# Each arm scored on the common test set and on the test prompts of its own "
