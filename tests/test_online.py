@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diffgrpo import params
+from diffgrpo import policies, params
 from diffgrpo.params import ParamsError
 from diffgrpo.store import artifacts, layout
 from diffgrpo.train import ledger
@@ -122,10 +122,31 @@ def test_the_probe_is_charged_to_the_arms_whose_selection_read_it(tmp_path, monk
               {**group(1, "b", [1, 1, 1, 1]), "completion_tokens": 12, "kept": False}]
     seconds = {"cpu": 3.0, "gpu": 0.0, "wall": 4.0}
     hard = ledger.ledger(cfg, "hard", groups, seconds)
-    assert hard["probe"] | {"charge": None} == {"charged": True, "charge": None, "completions": 8, "tokens": 122,
-                                                 "cpu_seconds": 7.0, "gpu_seconds": 0.0}
+    assert hard["probe"] | {"charge": None} == {"charged": True, "part": "all", "charge": None, "completions": 8,
+                                                 "tokens": 122, "cpu_seconds": 7.0, "gpu_seconds": 0.0}
     assert hard["train"] == {"completions_generated": 8, "completions_kept": 4, "completions_dropped": 4,
                              "tokens_generated": 42, "cpu_seconds": 3.0, "gpu_seconds": 0.0, "wall_seconds": 4.0}
     assert (hard["total_rollouts"], hard["total_tokens"]) == (16, 164)
     rand = ledger.ledger(cfg, "random", groups, seconds)
     assert rand["probe"]["completions"] == 0 and rand["total_rollouts"] == 8
+
+
+def test_a_policy_that_reads_only_the_one_sample_pass_is_charged_that_pass_alone(tmp_path, monkeypatch):
+    """Paper 001's "cheaper filter": base_wrong reads the greedy one-sample pass, not p_hat's K samples."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    cfg = params.load("tiny", overrides={"arms": ["hard", "base_wrong"], "probe.one_sample": True,
+                                         "train.max_completions": 64})
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a", "b"], "k": [4, 4],
+                                                                  "mean_tokens": [10.0, 20.5]}))
+    artifacts.write_parquet(probe / layout.ONE_SAMPLE, pd.DataFrame({"id": ["a", "b"], "num_tokens": [9, 11]}))
+    artifacts.write_json(probe / layout.MANIFEST, {"seconds": {"cpu": 7.0, "gpu": 0.0, "wall": 8.0}})
+    wrong = ledger.ledger(cfg, "base_wrong", [], {"cpu": 1.0})["probe"]
+    assert (wrong["part"], wrong["completions"], wrong["tokens"], wrong["cpu_seconds"]) == ("one_sample", 2, 20, None)
+    hard = ledger.ledger(cfg, "hard", [], {"cpu": 1.0})["probe"]
+    assert (hard["part"], hard["completions"], hard["tokens"]) == ("all", 10, 142)
+    pool = cfg.dataset.pool_size
+    assert ledger.planned_rollouts(cfg, "base_wrong") == 64 + pool
+    assert ledger.planned_rollouts(cfg, "hard") == 64 + pool * cfg.probe.k + pool
+    with pytest.raises(policies.SelectionError, match="reads_probe must be"):
+        policies.register("odd", reads_probe="p_hat")

@@ -50,7 +50,10 @@ class Policy:
     budgeted: bool  # takes a size n (budget_frac / budget_count); else defined by a set
     per_seed: bool  # draws its own subset for every training seed
     origin: str  # where it was registered (a module or plugin file)
-    reads_probe: bool = True  # its choice depends on the probe (p_hat, base_correct): the probe is charged to it
+    # what of the probe its choice depends on, and so what a run's compute ledger charges it
+    # (diffgrpo.train.ledger): True the whole probe (p_hat's K samples, and the one-sample pass when
+    # it ran), "one_sample" the greedy one-sample pass alone (base_correct), False nothing
+    reads_probe: bool | str = True
 
     def accepts(self, option: str) -> bool:
         sig = inspect.signature(self.fn).parameters
@@ -60,10 +63,13 @@ class Policy:
 _POLICIES: Registry[Policy] = Registry("selection policy", SelectionError)
 
 
-def register(name: str, *, budgeted: bool = False, per_seed: bool = False, reads_probe: bool = True):
-    """Decorator: register ``fn`` as selection policy ``name``. ``reads_probe=False``: its choice
-    does not depend on the probe (``random``, ``all``), so a run's compute ledger does not charge
-    the probe's completions to it (diffgrpo.train.ledger)."""
+def register(name: str, *, budgeted: bool = False, per_seed: bool = False, reads_probe: bool | str = True):
+    """Decorator: register ``fn`` as selection policy ``name``. ``reads_probe``: what of the probe
+    its choice depends on, so what a run's compute ledger charges it (diffgrpo.train.ledger):
+    True the whole probe, ``"one_sample"`` the greedy one-sample pass alone (``base_wrong``),
+    False nothing (``random``, ``all``)."""
+    if reads_probe not in (True, False, "one_sample"):
+        raise SelectionError(f"policy {name}: reads_probe must be True, False or 'one_sample', not {reads_probe!r}")
 
     def deco(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
         _POLICIES.add(name, Policy(name, fn, budgeted, per_seed, getattr(fn, "__module__", "?"), reads_probe), fn)
@@ -135,22 +141,22 @@ def _base(prompts: pd.DataFrame, wrong: bool, matched: bool, rng) -> pd.DataFram
     return chosen
 
 
-@register("base_wrong")
+@register("base_wrong", reads_probe="one_sample")
 def base_wrong(prompts, n, rng):
     return _base(prompts, True, False, rng)
 
 
-@register("base_right")
+@register("base_right", reads_probe="one_sample")
 def base_right(prompts, n, rng):
     return _base(prompts, False, False, rng)
 
 
-@register("base_wrong_matched")
+@register("base_wrong_matched", reads_probe="one_sample")
 def base_wrong_matched(prompts, n, rng):
     return _base(prompts, True, True, rng)
 
 
-@register("base_right_matched")
+@register("base_right_matched", reads_probe="one_sample")
 def base_right_matched(prompts, n, rng):
     return _base(prompts, False, True, rng)
 

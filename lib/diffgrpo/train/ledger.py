@@ -2,12 +2,14 @@
 run cost in completions (rollouts), tokens and seconds, the probe that chose its prompts included.
 
 How the probe is charged: **in full to every run whose selection read it** (a policy that reads
-p_hat or the one-sample probe, :attr:`diffgrpo.policies.Policy.reads_probe`; a posterior
-warm-started from it, ``train.online.warm_start``; or an arm that says so, ``charge_probe:
-true``). A probe that several arms share is charged to each of them in full, not split: each
-arm's selection needed the whole probe, and an arm compared alone (one arm of a study against
-an online method) would otherwise look cheaper the more arms shared its probe. A run whose
-selection did not read it (``random``, ``all``) is charged nothing for it.
+p_hat, :attr:`diffgrpo.policies.Policy.reads_probe`; a posterior warm-started from it,
+``train.online.warm_start``; or an arm that says so, ``charge_probe: true``). A policy that
+reads only the greedy one-sample pass (``base_wrong``: paper 001's cheaper filter) is charged
+that pass alone, its completions and tokens (its seconds are not measured apart from the
+probe's: None). A probe that several arms share is charged to each of them in full, not split:
+each arm's selection needed the whole probe, and an arm compared alone (one arm of a study
+against an online method) would otherwise look cheaper the more arms shared its probe. A run
+whose selection did not read it (``random``, ``all``) is charged nothing for it.
 
 Training: every completion generated (those of groups dynamic sampling or an online band
 dropped too), kept and dropped, their tokens (``groups.parquet``'s ``completion_tokens``; None
@@ -28,34 +30,47 @@ from diffgrpo.params import Config
 from diffgrpo.store import artifacts, layout
 
 #: how a probe several arms share is charged, in words (the manifest and the report say it)
-PROBE_CHARGE = "in full to every arm whose selection read it (each arm's selection needed the whole probe)"
+PROBE_CHARGE = (
+    "in full to every arm whose selection read it (each arm's selection needed the whole probe); the greedy "
+    "one-sample pass alone to an arm that read only it (base_wrong, base_right)")
 
 
 def charges_probe(cfg: Config, arm: str) -> bool:
-    """Whether ``arm``'s runs are charged the probe (module docstring); ``cfg``: the arm's."""
+    """Whether ``arm``'s runs are charged the probe, or part of it (module docstring); ``cfg``: the arm's."""
+    return charged_part(cfg, arm) is not None
+
+
+def charged_part(cfg: Config, arm: str) -> str | None:
+    """What of the probe ``arm``'s runs are charged: ``"all"``, ``"one_sample"`` (a policy that
+    reads only the greedy one-sample pass) or None."""
     a = cfg.arm(arm)
     if a.charge_probe is not None:
-        return a.charge_probe
+        return "all" if a.charge_probe else None
     online = cfg.train.online
-    return policies.get(a.select).reads_probe or (online.method == "posterior" and online.warm_start)
+    if online.method == "posterior" and online.warm_start:
+        return "all"
+    reads = policies.get(a.select).reads_probe
+    return "one_sample" if reads == "one_sample" else ("all" if reads else None)
 
 
-def probe_cost(cfg: Config) -> dict[str, Any]:
+def probe_cost(cfg: Config, part: str = "all") -> dict[str, Any]:
     """The pool probe's completions and tokens (K samples a prompt, and the greedy one-sample
-    probe's when it ran) from its files, and the seconds its manifest recorded (None: a probe
-    made before the ledger). No probe folder: None for each, and ``missing`` its path."""
+    probe's when it ran; ``part="one_sample"``: that pass alone) from its files, and the seconds
+    its manifest recorded (None: a probe made before the ledger, or a part, which is not timed
+    apart). No probe folder: None for each, and ``missing`` its path."""
     out = layout.probe_dir(cfg)
     if not (out / layout.PROMPTS).exists():  # a selection written without a probe (tests, a plugin's own)
         return {"completions": None, "tokens": None, "cpu_seconds": None, "gpu_seconds": None,
                 "missing": artifacts.relative(out, layout.study_dir(cfg))}
-    prompts = artifacts.read_parquet(out / layout.PROMPTS, "01_probe")
-    completions = int(prompts["k"].sum())
-    tokens = float((prompts["k"] * prompts["mean_tokens"]).sum())
+    completions, tokens = 0, 0.0
+    if part == "all":
+        prompts = artifacts.read_parquet(out / layout.PROMPTS, "01_probe")
+        completions, tokens = int(prompts["k"].sum()), float((prompts["k"] * prompts["mean_tokens"]).sum())
     if (out / layout.ONE_SAMPLE).exists():
         one = artifacts.read_parquet(out / layout.ONE_SAMPLE, "01_probe")
         completions += len(one)
         tokens += float(one["num_tokens"].sum())
-    seconds = artifacts.read_json(out / layout.MANIFEST, "01_probe").get("seconds") or {}
+    seconds = artifacts.read_json(out / layout.MANIFEST, "01_probe").get("seconds") or {} if part == "all" else {}
     return {"completions": completions, "tokens": int(round(tokens)),
             "cpu_seconds": seconds.get("cpu"), "gpu_seconds": seconds.get("gpu")}
 
@@ -75,9 +90,9 @@ def training_cost(groups: list[dict]) -> dict[str, Any]:
 def ledger(cfg: Config, arm: str, groups: list[dict], seconds: dict[str, float]) -> dict[str, Any]:
     """The run's ledger: the probe's charge, its training's cost (:func:`training_cost`) and
     ``seconds`` (cpu, gpu, wall: every finished session's), and the totals."""
-    charged = charges_probe(cfg, arm)
-    probe = {"charged": charged, "charge": PROBE_CHARGE,
-             **(probe_cost(cfg) if charged else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
+    part = charged_part(cfg, arm)
+    probe = {"charged": part is not None, "part": part, "charge": PROBE_CHARGE,
+             **(probe_cost(cfg, part) if part else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
     train = {**training_cost(groups), **{f"{k}_seconds": round(v, 1) for k, v in seconds.items()}}
     unknown = probe["completions"] is None
     tokens = None if unknown or train["tokens_generated"] is None else probe["tokens"] + train["tokens_generated"]
@@ -94,8 +109,8 @@ def planned_rollouts(cfg: Config, arm: str) -> int | None:
     acfg = cfg.for_arm(arm)
     if acfg.train.max_completions is None:
         return None
-    pool = cfg.dataset.pool_size or 0
-    probe = pool * cfg.probe.k + (pool if cfg.probe.one_sample else 0) if charges_probe(acfg, arm) else 0
+    pool, part = cfg.dataset.pool_size or 0, charged_part(acfg, arm)
+    probe = {None: 0, "one_sample": pool, "all": pool * cfg.probe.k + (pool if cfg.probe.one_sample else 0)}[part]
     return acfg.train.max_completions + probe
 
 

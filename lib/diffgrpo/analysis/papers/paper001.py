@@ -8,8 +8,9 @@ one-sample probe "a much cheaper filter".
 (:mod:`diffgrpo.analysis.sections.compute`: training completions generated plus the probe
 charged, :data:`diffgrpo.train.ledger.PROBE_CHARGE`), with its 95% interval (the gain's, divided
 by the arm's mean total rollouts, taken as fixed: a run's total is set by its steps or its
-completion budget, not by chance). The ledger charges the whole probe to a run whose policy read
-it, K samples a prompt included, not the one-sample pass alone.
+completion budget, not by chance). The base-wrong and base-right arms are charged the greedy
+one-sample pass alone (one completion a pool prompt), which is all their policies read; an arm
+whose policy reads p_hat is charged the K-sample probe as well.
 
 Which arms are compared is read from their policies, not their names: the base-wrong arm is
 the one with policy ``base_wrong_matched`` (else ``base_wrong``), base-right likewise, all the
