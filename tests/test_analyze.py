@@ -456,6 +456,9 @@ def test_a_new_metric_is_one_section_and_its_figure(study):
     finally:
         sections.unregister("best_seed")
     assert "best_seed" not in sections.names()
+    # a render without the section leaves none of its files behind (no stale figure for the notebook to show)
+    analyze.report(study)
+    assert {p.name for p in layout.report_dir(study).iterdir()} == REPORT_FILES
     # summary.json has one owner per key
     sections.register("clash", SimpleNamespace(TABLES=(), FIGURES=(), write=lambda study: {"arms": {}}))
     try:

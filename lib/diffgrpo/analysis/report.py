@@ -380,8 +380,12 @@ def report(cfg: Config) -> dict:
     then each paper's of ``analyze.reports`` (:mod:`diffgrpo.analysis.papers`, a part of
     ``summary.json`` named after it: ``"003"``, ``"001"``, ``"000"``, ``"002"``) and, with
     ``analyze.compare``, the grid over several studies (``"grid"``); write ``summary.json`` to
-    ``layout.report_dir(cfg)`` and return it."""
+    ``layout.report_dir(cfg)`` and return it. The report folder is the report's: the tables and
+    figures an earlier render left there are removed first, so a section that has nothing to say
+    this time (a figure drawn only where the study has its data) leaves no stale file behind."""
     study = read_study(cfg)
+    for old in [*study.out.glob("*.csv"), *study.out.glob("*.md"), *study.out.glob("*.png")]:
+        old.unlink()
     summary = {}
     for name in sections.names():
         part = sections.get(name).write(study)
