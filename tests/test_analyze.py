@@ -320,7 +320,7 @@ REPORT_FILES = {
     "paper_tables.md", "fig2_accuracy_by_checkpoint.png", "fig3_learnable_vs_gain.png", "fig_p_hat.png",
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
     "confounds.csv", "confounds.md", "fig_length.png", "compute.csv", "compute.md", "budgets.csv", "budgets.md",
-    "budget_contrasts.csv", "budget_contrasts.md",
+    "budget_contrasts.csv", "budget_contrasts.md", "params.yaml",
 }
 
 
