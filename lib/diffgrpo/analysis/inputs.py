@@ -218,15 +218,22 @@ def results(study: str) -> dict[str, int]:
     return sizes
 
 
+#: why the report reads each kind of file (what :func:`describe` says of the largest)
+READ_FOR = {layout.STEPS: "TRL's metrics per step: completion length and truncation (confounds)",
+            layout.GROUPS: "every group's rewards: learnable %", layout.PROMPTS: "p_hat per prompt",
+            layout.SAMPLES: "every sample's score: per-prompt scores (eval), K sweep (probe)",
+            layout.EVAL_SUMMARY: "accuracy per checkpoint", layout.EVAL_TIERS: "accuracy per tier"}
+
+
 def describe(sizes: dict[str, int], largest: int = 5) -> str:
-    """The inputs' size, in all and per top folder, and their largest files."""
+    """The inputs' size, in all and per top folder, and their largest files with what they are read for."""
     tops: dict[str, int] = {}
     for rel, n in sizes.items():
         tops[rel.split("/")[0]] = tops.get(rel.split("/")[0], 0) + n
     lines = [f"inputs: {len(sizes)} files, {sum(sizes.values()) / 1024:,.0f} KiB"]
     lines += [f"  {top + '/':<16} {n / 1024:>9,.0f} KiB" for top, n in sorted(tops.items())]
-    lines += ["largest:"] + [f"  {rel} {n / 1024:,.0f} KiB" for rel, n in
-                            sorted(sizes.items(), key=lambda kv: -kv[1])[:largest]]
+    lines += ["largest:"] + [f"  {rel} {n / 1024:,.0f} KiB: {READ_FOR.get(Path(rel).name, 'a record')}"
+                             for rel, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:largest]]
     return "\n".join(lines)
 
 
