@@ -16,7 +16,7 @@ VLLM_STAMP := $(VENV_VLLM)/.installed-$(shell cksum requirements-gpu.txt | cut -
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
+.PHONY: study results test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
         vllm-env test-vllm
 
 setup: $(STAMP)
@@ -35,6 +35,11 @@ $(STAMP): pyproject.toml
 ## the whole study on params/$(STUDY).yaml (the embedded default: CPU, minutes)
 study: $(STAMP)
 	$(PY) -m diffgrpo.study $(STUDY)
+
+## a rerun study's report committed: outputs/$(STUDY) -> docs/results/$(STUDY)/inputs/ (what the analysis
+## reads), the report re-rendered there from it, and timings.json; tests/test_committed_results.py checks it
+results: $(STAMP)
+	$(PY) -m diffgrpo.analysis.inputs results $(STUDY)
 
 # Three tiers of tests (pytest markers in pyproject.toml; README "Tests"):
 #   make test-unit  the unit tests, under 2 minutes: leaves out `e2e` (a stage notebook run by nbval,

@@ -321,7 +321,7 @@ REPORT_FILES = {
     "fig_tiers.png", "summary.json", "arms.csv", "arms.md", "contrasts.csv", "contrasts.md", "fig_learnability.png",
     "confounds.csv", "confounds.md", "fig_length.png", "compute.csv", "compute.md", "budgets.csv", "budgets.md",
     "budget_contrasts.csv", "budget_contrasts.md", "checkpoint_contrasts.csv", "checkpoint_contrasts.md",
-    "fig_checkpoint_contrasts.png",
+    "fig_checkpoint_contrasts.png", "params.yaml",
 }
 
 

@@ -1,10 +1,11 @@
 """The committed results stay tied to their evidence.
 
-- Every ``docs/results/<study>/`` report is either re-rendered here by today's analysis code
-  from its committed inputs (``inputs/``, an ``outputs/<study>/`` tree of what the analysis
-  reads) and must come out identical, or its README opens with :data:`OLDER_STATISTICS` and
-  lists what today's code would change (issue 29: no study's inputs were on disk when the
-  statistics changed, and no study was rerun for it).
+- Every ``docs/results/<study>/`` report is re-rendered here by today's analysis code from its
+  committed inputs (``inputs/``: a study folder of what the analysis reads,
+  :mod:`diffgrpo.analysis.inputs`) and must come out identical, byte for byte; a report without
+  inputs fails, naming the command that commits them (``make results STUDY=<study>``). The
+  machinery is proven end to end on the tiny study: export, re-render, equal; one input row
+  changed, not equal.
 - The claims the READMEs make about papers 003 and 001 are recomputed from the papers' own
   numbers (``diffgrpo/reported/``).
 """
@@ -12,24 +13,21 @@
 from __future__ import annotations
 
 import json
-import shutil
 from fractions import Fraction
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from diffgrpo import params
+from diffgrpo import evaluate, params, probe, select, train
+from diffgrpo.analysis import inputs
 from diffgrpo.analysis import report as analyze
 from diffgrpo.analysis.papers.paper_numbers import reported
-from diffgrpo.store import layout
+from diffgrpo.store import artifacts, layout
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
+RESULTS = ROOT / inputs.RESULTS
 STUDIES = sorted(p.name for p in RESULTS.iterdir() if p.is_dir())
-#: the first line under a README's title when its report predates today's statistics
-OLDER_STATISTICS = "**Produced by the older statistics.**"
-#: the files a re-render is compared on (figures depend on matplotlib's version, not on the numbers)
-COMPARED = ("*.md", "*.csv", "summary.json")
 
 GSM8K_TEST = 1319  # the whole GSM8K test split (docs/tasks.md)
 BUCKET_0 = 396     # the test prompts of 003's released code's bucket 0 (docs/paper003_released_code.md)
@@ -79,25 +77,115 @@ def test_001s_ranges_conflict_with_003s_table_1_and_are_flagged():
     assert "34-47" in text and "13.6-39.4" in text
 
 
+def rerender(folder: Path, out: Path) -> list[str]:
+    """How a committed report's folder differs from today's rendering of its ``inputs/``."""
+    if not (folder / "inputs").is_dir():
+        return [f"no inputs/, so today's analysis cannot re-render this report: rerun the study and commit its "
+                f"report with `make results STUDY={folder.name}` (docs/results/README.md), or retire the report"]
+    inputs.render(folder / "inputs", out)
+    return inputs.differences(out, folder)
+
+
 @pytest.mark.parametrize("study", STUDIES)
-def test_every_committed_report_is_todays_or_says_it_is_not(study, tmp_path, monkeypatch):
-    folder = RESULTS / study
-    readme = (folder / "README.md").read_text()
-    inputs = folder / "inputs"
-    if not inputs.is_dir():
-        head = readme.split("\n\n", 2)[1]
-        assert head.startswith(OLDER_STATISTICS), f"{folder / 'README.md'}: no inputs/ and no older-statistics note"
-        assert "would change" in readme
-        return
-    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
-    shutil.copytree(inputs, tmp_path / study)
-    cfg = params.load(study)
-    analyze.report(cfg)
-    out = layout.report_dir(cfg)
-    committed = sorted(p.name for pattern in COMPARED for p in folder.glob(pattern) if p.name != "README.md")
-    assert committed, folder
-    for name in committed:
-        if name.endswith(".json"):
-            assert json.loads((out / name).read_text()) == json.loads((folder / name).read_text()), name
-        else:
-            assert (out / name).read_text() == (folder / name).read_text(), f"{study}/{name} differs from today's"
+def test_every_committed_report_is_todays_rendering_of_its_inputs(study, tmp_path):
+    problems = rerender(RESULTS / study, tmp_path)
+    assert not problems, f"docs/results/{study}: " + "\n".join(problems)
+
+
+# ---- the machinery, end to end on the tiny study ----
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny study (params/tiny.yaml, its test set probed too), every stage in this process,
+    and its report: outputs/tiny/ as a study leaves it."""
+    root = tmp_path_factory.mktemp("outputs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(artifacts.OUTPUTS_ENV, str(root))
+        cfg = params.load("tiny", overrides={"workers": 1, "probe.test": True})
+        probe.run_probe(cfg, progress=False)
+        select.run_select(cfg)
+        train.train_runs(cfg, progress=False)
+        evaluate.evaluate_runs(cfg, progress=False)
+        analyze.report(cfg)
+    artifacts.write_json(root / "tiny" / layout.TIMINGS, {"wall_s": 1.0})  # the runner's record, kept by `make results`
+    return root / "tiny"
+
+
+def _flip_one_score(study_dir: Path, redigest: bool) -> None:
+    """One test prompt of hard's last checkpoint scored the other way; ``redigest``: its
+    evaluation's manifest records the new file (an evaluation that said so), else it does not."""
+    folder = study_dir / "eval" / "hard-seed0"
+    samples = pd.read_parquet(folder / layout.SAMPLES)
+    row = samples.index[(samples["mode"] == "greedy") & (samples["step"] == samples["step"].max())][0]
+    samples.loc[row, "correct"] = 1 - samples.loc[row, "correct"]  # scores are 0.0 or 1.0
+    artifacts.write_parquet(folder / layout.SAMPLES, samples)
+    if redigest:
+        manifest = json.loads((folder / layout.MANIFEST).read_text())
+        manifest["sha256"][layout.SAMPLES] = artifacts.file_digest(folder / layout.SAMPLES)
+        artifacts.write_json(folder / layout.MANIFEST, manifest)
+
+
+@pytest.mark.e2e
+def test_a_report_is_committed_and_rerendered_from_its_inputs_alone(tiny, tmp_path, monkeypatch):
+    # `make results STUDY=tiny` in a checkout of its own (docs/results/ is the checkout's)
+    checkout = tmp_path / "checkout"
+    for d in ("lib/diffgrpo", "notebooks"):
+        (checkout / d).mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    monkeypatch.setenv(artifacts.PROJECT_ENV, str(checkout))
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tiny.parent))
+    folder = inputs.results_dir("tiny")
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("# hand-written\n")
+    (folder / "table_retired.md").write_text("a table today's analysis no longer writes\n")
+    sizes = inputs.results("tiny")
+    assert (folder / "README.md").read_text() == "# hand-written\n" and not (folder / "table_retired.md").exists()
+    assert json.loads((folder / layout.TIMINGS).read_text()) == {"wall_s": 1.0}
+
+    # the inputs: what the report reads, in the study folder's layout, and nothing else
+    kept = sorted(str(p.relative_to(folder / "inputs")) for p in (folder / "inputs").rglob("*") if p.is_file())
+    assert kept == sorted(sizes) and sum(sizes.values()) < 1 << 20, inputs.describe(sizes)
+    assert not [k for k in kept if any(part in k for part in ("checkpoints", "tensorboard", "work/", "notebooks"))]
+    assert {k.split("/")[0] for k in kept} == {"probe", "select", "runs", "eval", "eval-ood_swaps", "report"}
+    assert "eval/hard-seed0/samples.parquet" in kept and "eval-ood_swaps/hard-seed0/samples.parquet" not in kept
+
+    # the committed report is the study's own report, and today's rendering of its inputs
+    assert inputs.differences(tiny / "report", folder) == []
+    assert {"summary.json", "params.yaml", "table1_gain.md", "fig2_accuracy_by_checkpoint.png"} <= inputs.report_files(folder)
+    assert rerender(folder, tmp_path / "again") == []
+
+    # one input row changed (and recorded as the evaluation's): the re-render differs where it should
+    _flip_one_score(folder / "inputs", redigest=True)
+    problems = rerender(folder, tmp_path / "changed")
+    assert {p.split(":")[0] for p in problems} >= {"summary.json", "table1_gain.md", "arms.md"}, problems
+
+    # changed behind its manifest's back: refused, naming the file
+    _flip_one_score(folder / "inputs", redigest=False)
+    with pytest.raises(artifacts.ArtifactError, match=f"^{folder}/inputs/eval/hard-seed0/samples.parquet: damaged"):
+        rerender(folder, tmp_path / "damaged")
+
+
+@pytest.mark.e2e
+def test_a_report_without_inputs_or_with_another_model_s_probe_says_what_to_do(tiny, tmp_path):
+    folder = tmp_path / "docs" / "results" / "old_study"
+    folder.mkdir(parents=True)
+    (problem,) = rerender(folder, tmp_path / "out")
+    assert problem.startswith("no inputs/") and "`make results STUDY=old_study`" in problem
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="not empty and not a study's inputs"):
+        inputs.export(tiny, tmp_path / "notes")  # replaces an earlier export, and nothing else
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
+    inputs.export(tiny, folder / "inputs")
+    probe_dir = next((folder / "inputs" / "probe").glob("*/*-train-*"))
+    probe_dir.rename(probe_dir.with_name(probe_dir.name[:-10] + "0123456789"))  # probed with other model files
+    with pytest.raises(ValueError, match="a probe the params do not name here.*model.path = 'embedded'"):
+        rerender(folder, tmp_path / "out")
+
+
+def test_export_refuses_a_study_whose_report_did_not_record_its_params(tmp_path):
+    (tmp_path / "study" / "report").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="report/params.yaml: no record of the params"):
+        inputs.export(tmp_path / "study", tmp_path / "inputs")

@@ -5,5 +5,7 @@
 - :mod:`.tables`, :mod:`.figures`: the long tables and the figures;
 - :mod:`.uncertainty`, :mod:`.calibration`: intervals, contrasts and their error rates;
 - :mod:`.learnability`: learnable % observed and predicted from the probe (the select stage's too);
-- :mod:`.by_test_difficulty`: gains by the difficulty of the test prompts.
+- :mod:`.by_test_difficulty`: gains by the difficulty of the test prompts;
+- :mod:`.inputs`: what the report reads, exported beside a committed report, and the report
+  rendered again from it (``make results``).
 """

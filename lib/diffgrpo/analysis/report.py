@@ -51,7 +51,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from diffgrpo import select
+from diffgrpo import params, select
 from diffgrpo.analysis import learnability, papers, sections
 from diffgrpo.analysis.papers import grid, paper_numbers
 from diffgrpo.analysis.tables import accuracy_curves, arm_order, base_accuracy, final_checkpoints, markdown, _sorted
@@ -380,9 +380,11 @@ def report(cfg: Config) -> dict:
     then each paper's of ``analyze.reports`` (:mod:`diffgrpo.analysis.papers`, a part of
     ``summary.json`` named after it: ``"003"``, ``"001"``, ``"000"``, ``"002"``) and, with
     ``analyze.compare``, the grid over several studies (``"grid"``); write ``summary.json`` to
-    ``layout.report_dir(cfg)`` and return it. The report folder is the report's: the tables and
-    figures an earlier render left there are removed first, so a section that has nothing to say
-    this time (a figure drawn only where the study has its data) leaves no stale file behind."""
+    ``layout.report_dir(cfg)`` and return it. ``params.yaml`` beside it records the params the
+    report was computed with (a committed report is re-rendered from them:
+    :mod:`diffgrpo.analysis.inputs`). The report folder is the report's: the tables and figures
+    an earlier render left there are removed first, so a section that has nothing to say this
+    time (a figure drawn only where the study has its data) leaves no stale file behind."""
     study = read_study(cfg)
     for old in [*study.out.glob("*.csv"), *study.out.glob("*.md"), *study.out.glob("*.png")]:
         old.unlink()
@@ -397,6 +399,7 @@ def report(cfg: Config) -> dict:
     if cfg.analyze.compare:
         summary["grid"] = grid.write(study, summary)
     write_json(study.out / layout.REPORT_SUMMARY, summary)
+    write_text(study.out / layout.PARAMS, params.dump(cfg))
     return summary
 
 

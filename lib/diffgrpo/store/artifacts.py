@@ -78,6 +78,21 @@ def outputs_root() -> Path:
     return Path(env) if env else checkout_root() / "outputs"
 
 
+@contextmanager
+def outputs_at(root: str | os.PathLike) -> Iterator[Path]:
+    """The outputs root moved to ``root`` for the block (``DIFFGRPO_OUTPUTS``, restored after):
+    a study folder kept elsewhere (a committed report's inputs) read by the same code."""
+    before = os.environ.get(OUTPUTS_ENV)
+    os.environ[OUTPUTS_ENV] = str(root)
+    try:
+        yield Path(root)
+    finally:
+        if before is None:
+            del os.environ[OUTPUTS_ENV]
+        else:
+            os.environ[OUTPUTS_ENV] = before
+
+
 class OutputsError(RuntimeError):
     """The outputs root cannot be written, or a path would leave it."""
 

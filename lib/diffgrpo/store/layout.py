@@ -10,7 +10,8 @@
                                 (one run's folder: diffgrpo.store.run_folder.RunFolder)
       eval/<run_id>/            samples.parquet, summary.parquet, tiers.parquet (run_id "base" for the base model)
                                 on the held-out test set; eval-<set>/<run_id>/ the same on evaluation set <set>
-      report/                   tables (CSV + markdown), figures (PNG), summary.json
+      report/                   tables (CSV + markdown), figures (PNG), summary.json, params.yaml (the params
+                                it was computed with: a committed report's inputs, diffgrpo.analysis.inputs)
       notebooks/                executed notebooks (and each one's log, <name>.log)
       slurm/                    the Slurm executor's job records (jobs.json, submitit's files)
 
@@ -38,7 +39,7 @@ BASE_RUN = "base"
 # Every file name of a study folder, in the tree above; the stages build paths from these.
 #: every folder's record (key, status, digests of its files); artifacts checks a file against it
 MANIFEST = artifacts.MANIFEST
-#: the params a probe or a run was computed with
+#: the params a probe, a run or a report was computed with
 PARAMS = "params.yaml"
 #: probe/<model>/<key>/: every sample, the per-prompt results (p_hat), the greedy one-sample probe
 SAMPLES, PROMPTS, ONE_SAMPLE = "samples.parquet", "prompts.parquet", "one_sample.parquet"

@@ -1,0 +1,264 @@
+"""A committed report and the inputs it is re-rendered from.
+
+    python -m diffgrpo.analysis.inputs export outputs/embedded docs/results/embedded/inputs
+    python -m diffgrpo.analysis.inputs render docs/results/embedded/inputs docs/results/embedded
+    make results STUDY=embedded      # both, from outputs/<study>: a rerun's report committed in one command
+
+``docs/results/<study>/inputs/`` is a study folder (the layout of :mod:`diffgrpo.store.layout`)
+that holds only what :func:`diffgrpo.analysis.report.report` reads, copied byte for byte (each
+with the ``manifest.json`` whose digests the reader checks), so the report code reads it as it
+reads ``outputs/<study>/``:
+
+- ``report/params.yaml``: the params the report was computed with (the report writes it). The
+  re-render takes its config from here, not from today's ``params/*.yaml``;
+- ``probe/<model>/<key>/``: the pool probe's ``prompts.parquet`` (the learnability prior) and
+  ``samples.parquet`` (the probe-budget section); with ``probe.test``, the test probe's
+  ``prompts.parquet`` (gains by test difficulty);
+- ``select/``: each planned arm's selection (per seed for a per-seed policy);
+- ``runs/<run_id>/``: each planned run's ``manifest.json`` (an incomplete run's alone: the report
+  names it skipped), a complete run's ``groups.parquet`` and ``steps.parquet``;
+- ``eval/<run_id>/`` (the base model and each complete run): ``samples.parquet`` (the per-prompt
+  scores every interval resamples), ``summary.parquet``, ``tiers.parquet``; ``eval-<set>/<run_id>/``:
+  ``summary.parquet``.
+
+Left out: checkpoints, TensorBoard files, chunk folders (``work/``), executed notebooks, Slurm
+records, the one-sample probe, ``timings.json`` (the machine's seconds: ``make results`` copies it
+beside the report, where it is not compared).
+
+Two things a re-render reads from outside ``inputs/``: a probe folder's name is its key, which
+holds the digest of the model's files (:func:`diffgrpo.store.layout.probe_key`), so the model must
+be the one that was probed (the packaged embedded model is; :func:`render` names the model when
+it is not), and the ``plateau`` section takes each test prompt's tier from the task's held-out
+rows (:func:`diffgrpo.tasks.splits.load_test`), which the task's code makes or reads again.
+
+Every file of a committed report but its ``README.md`` and ``timings.json`` is what :func:`render`
+writes (:data:`COMMITTED`); ``tests/test_committed_results.py`` renders each ``inputs/`` again and
+compares byte for byte (:func:`differences`), figures included: matplotlib's Agg PNGs carry no
+date, and the same versions draw the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from diffgrpo import params, select
+from diffgrpo.params import Config
+from diffgrpo.store import artifacts, layout
+
+#: the files of a rendered report that a committed one keeps (the CSVs repeat the markdown tables)
+COMMITTED = ("*.md", "*.png", layout.REPORT_SUMMARY, layout.PARAMS)
+#: the files of a committed report's folder that no render writes: the hand-written page, the
+#: study's seconds per notebook (the machine's), and the inputs
+NOT_RENDERED = ("README.md", layout.TIMINGS, "inputs")
+#: where the committed reports live, one folder per study
+RESULTS = Path("docs") / "results"
+
+
+def results_dir(study: str) -> Path:
+    """``docs/results/<study>/`` of the checkout in use."""
+    return artifacts.checkout_root() / RESULTS / study
+
+
+def config(study_dir: Path) -> Config:
+    """The params the study's report was computed with (``report/params.yaml``)."""
+    path = Path(study_dir) / "report" / layout.PARAMS
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no record of the params this study's report was computed with (a report "
+                                "written before reports recorded them); rerun its analysis (05_analyze)")
+    return params.load(path, defaults=False)
+
+
+def probe_folders(cfg: Config) -> dict[str, Path]:
+    """The probe folders the report reads, by role ("pool"; "test" with ``probe.test``),
+    relative to the study folder."""
+    roles = ["pool", "test"] if cfg.probe.test else ["pool"]
+    return {role: layout.probe_dir(cfg, role).relative_to(layout.study_dir(cfg)) for role in roles}
+
+
+def needed(cfg: Config, study_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(required, optional) files the report of ``cfg`` reads from ``study_dir``, relative to
+    it. Optional: what the report does without (no probe of the pool: the Jeffreys prior and no
+    probe-budget section; a planned run never trained: named skipped)."""
+    study_dir = Path(study_dir)
+    probes = probe_folders(cfg)
+    required = [Path("report") / layout.PARAMS, Path("select") / layout.MANIFEST]
+    optional = [probes["pool"] / f for f in (layout.PROMPTS, layout.SAMPLES, layout.MANIFEST)]
+    if "test" in probes:
+        required += [probes["test"] / f for f in (layout.PROMPTS, layout.MANIFEST)]
+    base = layout.study_dir(cfg)
+    for arm in dict.fromkeys(a for a, _ in layout.planned_runs(cfg)):
+        seeds = cfg.train.seeds if select.per_seed(cfg.arm(arm).select) else [None]
+        required += [layout.selection_file(cfg, arm, seed).relative_to(base) for seed in seeds]
+    complete = [layout.BASE_RUN]
+    for arm, seed in layout.planned_runs(cfg):
+        run = Path("runs") / layout.run_id(arm, seed)
+        optional.append(run / layout.MANIFEST)
+        manifest = artifacts.read_manifest(study_dir / run / layout.MANIFEST, "03_train") or {}
+        if manifest.get("status") == "complete":
+            required += [run / layout.GROUPS, run / layout.STEPS]
+            complete.append(run.name)
+    for eval_set in cfg.eval_set_names():
+        folder = layout.evals_dir(Path(), eval_set)
+        names = ((layout.SAMPLES, layout.EVAL_SUMMARY, layout.EVAL_TIERS) if eval_set == params.TEST_SET
+                 else (layout.EVAL_SUMMARY,))
+        required += [folder / rid / f for rid in complete for f in (*names, layout.MANIFEST)]
+    return required, optional
+
+
+def export(study_dir: Path, dest: Path) -> dict[str, int]:
+    """Copy what the report of ``study_dir`` reads (:func:`needed`) into ``dest``, in the study
+    folder's layout, replacing an earlier export there; return each file's size in bytes."""
+    study_dir, dest = Path(study_dir), Path(dest)
+    cfg = config(study_dir)
+    if cfg.analyze.compare:
+        raise ValueError(f"{study_dir}: analyze.compare = {list(cfg.analyze.compare)}: a grid's report reads other "
+                         "studies' reports, which a study's inputs do not hold")
+    required, optional = needed(cfg, study_dir)
+    missing = [p for p in required if not (study_dir / p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{study_dir / missing[0]}: the report reads it and it is not there; run the "
+                                f"{artifacts.stage_of(missing[0]) or 'stage that writes it'} stage")
+    if dest.exists():
+        _clear(dest)
+    sizes = {}
+    for rel in required + [p for p in optional if (study_dir / p).is_file()]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(study_dir / rel, dest / rel)
+        sizes[str(rel)] = (dest / rel).stat().st_size
+    return dict(sorted(sizes.items()))
+
+
+def _clear(dest: Path) -> None:
+    """Remove an earlier export (a folder holding ``report/params.yaml``, or an empty one), and
+    nothing else."""
+    if any(dest.iterdir()) and not (dest / "report" / layout.PARAMS).is_file():
+        raise FileExistsError(f"{dest}: not empty and not a study's inputs (no report/{layout.PARAMS}); "
+                              "name an empty or new folder")
+    shutil.rmtree(dest)
+
+
+def render(inputs: Path, out: Path) -> list[str]:
+    """The report of the study folder ``inputs`` (an export), by today's analysis code, its
+    :data:`COMMITTED` files written into ``out`` (a report file there that this render does not
+    write is removed; :data:`NOT_RENDERED` files are left alone); return their names."""
+    from diffgrpo.analysis import report
+
+    inputs = Path(inputs)
+    cfg = config(inputs)
+    with tempfile.TemporaryDirectory(prefix="diffgrpo-render-") as tmp, artifacts.outputs_at(tmp):
+        copy = shutil.copytree(inputs, Path(tmp) / cfg.study)
+        _check_probes(cfg, inputs)
+        try:
+            report.report(cfg)
+        except (artifacts.ArtifactError, FileNotFoundError, ValueError) as err:  # named by the inputs' path
+            raise type(err)(str(err).replace(str(copy), str(inputs))) from None
+        return _publish(layout.report_dir(cfg), Path(out))
+
+
+def _check_probes(cfg: Config, inputs: Path) -> None:
+    """Every probe folder of the inputs is one the params name here (its name holds the digest
+    of the model's files): else the report would go on without it and differ."""
+    named = set(probe_folders(cfg).values())
+    for manifest in sorted((inputs / "probe").glob(f"*/*/{layout.MANIFEST}")):
+        folder = manifest.parent.relative_to(inputs)
+        if folder not in named:
+            raise ValueError(f"{inputs / folder}: a probe the params do not name here: a probe folder's name is its "
+                             f"key, which holds the digest of the files of model.path = {cfg.model.path!r} (and of a "
+                             f"local dataset file); those files differ here from where it was probed, so this report "
+                             f"cannot be re-rendered on this machine (expected one of {sorted(map(str, named))})")
+
+
+def _publish(report_dir: Path, out: Path) -> list[str]:
+    new = report_files(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in report_files(out) - new:
+        (out / name).unlink()
+    for name in sorted(new):
+        shutil.copyfile(report_dir / name, out / name)
+    return sorted(new)
+
+
+def report_files(folder: Path) -> set[str]:
+    """The names of the report files in ``folder`` (:data:`COMMITTED`, not :data:`NOT_RENDERED`)."""
+    return {p.name for pattern in COMMITTED for p in Path(folder).glob(pattern)
+            if p.is_file() and p.name not in NOT_RENDERED}
+
+
+def differences(rendered: Path, committed: Path) -> list[str]:
+    """How the committed report in ``committed`` differs from ``rendered``, file by file (bytes;
+    for a text file its first differing line); empty when they are the same."""
+    ours, theirs = report_files(rendered), report_files(committed)
+    found = [f"{n}: committed, but today's analysis does not write it" for n in sorted(theirs - ours)]
+    found += [f"{n}: written by today's analysis, not committed" for n in sorted(ours - theirs)]
+    for name in sorted(ours & theirs):
+        a, b = (Path(rendered) / name).read_bytes(), (Path(committed) / name).read_bytes()
+        if a != b:
+            found.append(f"{name}: differs" + ("" if name.endswith(".png") else _first_difference(a, b)))
+    return found
+
+
+def _first_difference(rendered: bytes, committed: bytes) -> str:
+    new, old = rendered.decode().splitlines(), committed.decode().splitlines()
+    i = next((i for i, (x, y) in enumerate(zip(new, old)) if x != y), min(len(new), len(old)))
+    line = lambda lines: repr(lines[i]) if i < len(lines) else "(no line)"  # noqa: E731
+    return f" at line {i + 1}: today's {line(new)}, committed {line(old)}"
+
+
+def results(study: str) -> dict[str, int]:
+    """``make results``: export ``outputs/<study>/`` into ``docs/results/<study>/inputs/``, render the
+    report there from it, and copy the study's ``timings.json`` beside it; return the inputs' sizes."""
+    source, folder = artifacts.outputs_root() / study, results_dir(study)
+    sizes = export(source, folder / "inputs")
+    render(folder / "inputs", folder)
+    if (source / layout.TIMINGS).is_file():
+        shutil.copyfile(source / layout.TIMINGS, folder / layout.TIMINGS)
+    return sizes
+
+
+#: why the report reads each kind of file (what :func:`describe` says of the largest)
+READ_FOR = {layout.STEPS: "TRL's metrics per step: completion length and truncation (confounds)",
+            layout.GROUPS: "every group's rewards: learnable %", layout.PROMPTS: "p_hat per prompt",
+            layout.SAMPLES: "every sample's score: per-prompt scores (eval), K sweep (probe)",
+            layout.EVAL_SUMMARY: "accuracy per checkpoint", layout.EVAL_TIERS: "accuracy per tier"}
+
+
+def describe(sizes: dict[str, int], largest: int = 5) -> str:
+    """The inputs' size, in all and per top folder, and their largest files with what they are read for."""
+    tops: dict[str, int] = {}
+    for rel, n in sizes.items():
+        tops[rel.split("/")[0]] = tops.get(rel.split("/")[0], 0) + n
+    lines = [f"inputs: {len(sizes)} files, {sum(sizes.values()) / 1024:,.0f} KiB"]
+    lines += [f"  {top + '/':<16} {n / 1024:>9,.0f} KiB" for top, n in sorted(tops.items())]
+    lines += ["largest:"] + [f"  {rel} {n / 1024:,.0f} KiB: {READ_FOR.get(Path(rel).name, 'a record')}"
+                             for rel, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:largest]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m diffgrpo.analysis.inputs", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="copy what a study's report reads into an inputs folder")
+    e.add_argument("study_dir", type=Path)
+    e.add_argument("dest", type=Path)
+    r = sub.add_parser("render", help="write the report of an inputs folder into a folder")
+    r.add_argument("inputs", type=Path)
+    r.add_argument("out", type=Path)
+    b = sub.add_parser("results", help="both, outputs/<study> into docs/results/<study>")
+    b.add_argument("study")
+    args = ap.parse_args(argv)
+    if args.command == "export":
+        print(describe(export(args.study_dir, args.dest)))
+    elif args.command == "render":
+        print(f"{len(render(args.inputs, args.out))} report files in {args.out}")
+    else:
+        print(describe(results(args.study)))
+        print(f"report re-rendered from its inputs into {results_dir(args.study)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
