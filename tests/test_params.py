@@ -1,5 +1,7 @@
 """Params: layering, strict validation with the file and key named, effective values dumped."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -148,6 +150,27 @@ def test_an_evaluation_set_of_another_task_does_not_inherit_the_training_tasks_o
                                                             {"name": "gsm_again", "size": 4}]})
     assert gsm.for_eval_set("arith").dataset.source is None
     assert gsm.for_eval_set("gsm_again").dataset.source == "/data/gsm8k.jsonl"  # the same task keeps it
+
+
+def test_an_evaluation_set_of_size_all_scores_its_whole_split():
+    """A null size takes dataset.test_size: paper002_gpu draws 500 MATH test prompts, and AIME
+    2024's 30 rows cannot give 500. ``size: all`` is every row of the set's split."""
+    from diffgrpo.tasks import splits
+
+    cfg = params.load("paper002_gpu")
+    assert cfg.dataset.test_size == 500
+    assert {s: cfg.for_eval_set(s).dataset.test_size for s in cfg.eval_set_names()} == {
+        "test": 500, "math500": None, "aime2024": None, "amc23": None, "minerva_math": None, "olympiadbench": None}
+    data = Path(__file__).parent / "data" / "hub" / "math-ai" / "amc23" / "test-00000-of-00001.jsonl"
+    sets = [{"name": "amc", "task": "amc23", "source": str(data), "size": size} for size in ("all", None, 12)]
+    for i, s in enumerate(sets):
+        s["name"] = f"amc{i}"
+    cfg = params.load("smoke", overrides={"dataset.test_size": 100, "evaluate.sets": sets})
+    assert len(splits.load_test(cfg.for_eval_set("amc0"))) == 40 and len(splits.load_test(cfg.for_eval_set("amc2"))) == 12
+    with pytest.raises(ValueError, match=r"dataset.test_size: 100 rows wanted but split 'test' of task 'amc23' has only 40"):
+        splits.load_test(cfg.for_eval_set("amc1"))
+    with pytest.raises(ParamsError, match=r"evaluate.sets.*size"):
+        params.load("smoke", overrides={"evaluate.sets": [{"name": "amc", "task": "amc23", "size": "most"}]})
 
 
 @pytest.mark.parametrize("compare, message", [

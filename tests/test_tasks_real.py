@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -18,7 +20,8 @@ from diffgrpo import tasks
 from diffgrpo.tasks import base
 from diffgrpo.tasks.base import TaskError
 
-REAL_TASKS = ("gsm8k", "math", "math500", "aime2025", "bbh_shuffled_objects", "arithmetic")
+REAL_TASKS = ("gsm8k", "math", "math500", "aime2025", "bbh_shuffled_objects", "arithmetic",
+              "aime2024", "amc23", "minerva_math", "olympiadbench")
 
 
 def needs(package):
@@ -409,10 +412,154 @@ def test_math500_local_file_in_hub_schema(tmp_path):
     assert list(tasks.get("math500", numeric_only=True).load("test", source=path)["answer"]) == ["3"]
 
 
-@pytest.mark.parametrize("name", ["math", "math500"])
+@pytest.mark.parametrize("name", ["math", "math500", "aime2024", "amc23", "minerva_math", "olympiadbench"])
 def test_math_has_no_offline_copy(name):
     with pytest.raises(TaskError, match="no offline copy"):
         tasks.get(name).load("test", source="offline")
+
+
+# ---- paper 002's benchmarks: AIME 2024, AMC 2023, Minerva-Math, OlympiadBench ------------------
+
+#: a copy of each benchmark's hub repository in the hub's own layout (README configs, split and
+#: file names, columns; synthetic rows): ``datasets.load_dataset`` reads it as it reads the hub
+HUB = Path(__file__).parent / "data" / "hub"
+#: task -> (its data file in HUB, rows, the first row's gold as the task stores it)
+BENCHMARKS = {
+    "aime2024": ("HuggingFaceH4/aime_2024/data/train-00000-of-00001.jsonl", 30, "0"),
+    "amc23": ("math-ai/amc23/test-00000-of-00001.jsonl", 40, "562"),
+    "minerva_math": ("math-ai/minervamath/test.jsonl", 30, "4.1"),
+    "olympiadbench": ("Hothan/OlympiadBench/OlympiadBench/OE_TO_maths_en_COMP/OE_TO_maths_en_COMP.jsonl", 30,
+                      "\\frac{14}{22}"),
+}
+
+
+@pytest.fixture
+def local_hub(monkeypatch, tmp_path):
+    """The hub served from tests/data/hub: the task's own repo id, config and split, read by the
+    real ``load_hub`` (``datasets.load_dataset``) from ``HUB/<repo id>``; the datasets cache in tmp."""
+    import datasets
+
+    import diffgrpo.tasks.math_benchmarks as module
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(base, "hub_usable", lambda: True)
+    asked = []
+
+    def mirror(repo, config, split):
+        asked.append((repo, config, split))
+        return base.load_hub(str(HUB / repo), config, split)
+
+    monkeypatch.setattr(module, "load_hub", mirror)
+    return asked
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_benchmark_loads_from_the_hub_layout_and_scores(name, local_hub):
+    file, rows, first_gold = BENCHMARKS[name]
+    task = tasks.get(name)
+    df = task.load("test", source="hub")
+    check_frame(df)
+    hub = type(task).hub
+    assert local_hub == [(hub.repo, hub.config, hub.split)] and file.startswith(hub.repo + "/")
+    assert len(df) == rows
+    assert df.attrs["source"] == "hub" and df["id"].iloc[0] == f"{name}/000" and df["tier"].isna().all()
+    raw = pd.read_json(HUB / file, lines=True)
+    assert list(df["question"]) == list(raw[type(task).question_column])
+    assert df["answer"].iloc[0] == first_gold
+    for gold in df["answer"]:
+        assert task.score(f"Step by step ... so the answer is $\\boxed{{{gold}}}$.", gold) == 1.0
+        assert task.score("Step by step ... so the answer is $\\boxed{99999}$.", gold) == 0.0
+        assert task.score("I could not finish", gold) == 0.0
+    # a local file with the hub's columns gives the same rows (lists arrive as lists, not arrays)
+    local = task.load("test", source=str(HUB / file))
+    assert local.drop(columns="prompt").equals(df.drop(columns="prompt")) and local.attrs["source"] == str(HUB / file)
+
+
+BENCHMARK_CASES = [
+    # numbers: the completion's final number, however written
+    ("aime2024", "649", "Therefore $\\boxed{649}$.", 1.0),
+    ("aime2024", "33", "the answer is 033", 1.0),
+    ("aime2024", "649", "\\boxed{648}", 0.0),
+    ("amc23", "1028", "\\boxed{1,028}", 1.0),
+    ("amc23", "1028", "\\boxed{1028.0}", 1.0),
+    ("amc23", "1028", "\\boxed{1028.5}", 0.0),
+    # LaTeX: math-verify, equivalent forms right, other values wrong
+    ("minerva_math", "\\frac{2}{6}", "\\boxed{\\frac{1}{3}}", 1.0),
+    ("minerva_math", "\\frac{2}{6}", "\\boxed{0.33}", 0.0),
+    ("minerva_math", "4.1", "\\boxed{\\frac{41}{10}}", 1.0),
+    ("minerva_math", "6.5e22", "\\boxed{6.5 \\times 10^{22}}", 1.0),  # e-notation gold: e is not Euler's
+    ("minerva_math", "6.5e22", "\\boxed{6.5e22}", 1.0),
+    ("minerva_math", "6.5e22", "\\boxed{6.5 \\times 10^{21}}", 0.0),
+    ("minerva_math", "6.5e22", "\\boxed{6.5}", 0.0),
+    ("minerva_math", "8.5 \\times 10^{-3}", "\\boxed{0.0085}", 1.0),
+    ("minerva_math", "2 \\sqrt{2}", "\\boxed{\\sqrt{8}}", 1.0),
+    ("olympiadbench", "\\frac{14}{22}", "so it is $\\boxed{\\dfrac{7}{11}}$", 1.0),
+    ("olympiadbench", "\\frac{14}{22}", "\\boxed{\\frac{7}{12}}", 0.0),
+    ("olympiadbench", "5 \\sqrt{2}", "The answer is $\\sqrt{50}$.", 1.0),
+    ("olympiadbench", "4,25", "\\boxed{25, 4}", 1.0),
+    ("olympiadbench", "4,25", "\\boxed{4}", 0.0),
+]
+
+
+@pytest.mark.parametrize("name,gold,completion,expected", BENCHMARK_CASES)
+def test_benchmark_scores(name, gold, completion, expected):
+    assert tasks.get(name).score(completion, gold) == expected
+
+
+def test_benchmark_golds_as_the_hub_writes_them(tmp_path):
+    """AMC's answers are floats (27.0 -> "27"); OlympiadBench's a list of one dollar-wrapped string,
+    a list or a numpy array (as ``datasets`` gives it)."""
+    amc = write_jsonl(tmp_path / "amc.jsonl", [{"question": "Q", "answer": 27.0}, {"question": "R", "answer": "-3.50"}])
+    assert list(tasks.get("amc23").load("test", source=amc)["answer"]) == ["27", "-3.5"]
+    task = tasks.get("olympiadbench")
+    assert task._gold(np.array(["$\\frac{1}{2}$"], dtype=object), "f", 0) == "\\frac{1}{2}"
+    assert task._gold(["$2$", "$3$"], "f", 0) == "2, 3"
+    assert task.score("\\boxed{0.5}", task._gold(np.array(["$\\frac{1}{2}$"]), "f", 0)) == 1.0
+
+
+def test_minerva_golds_math_verify_misreads_are_rewritten(tmp_path):
+    """math-verify drops a trailing one-letter factor as a unit: against the gold as Minerva writes
+    it, the answer without the factor would score right and the right one wrong."""
+    from diffgrpo.tasks.math import math_equal
+
+    assert math_equal("\\frac{1}{m} t", "\\frac{1}{m}") and not math_equal("\\frac{1}{m} t", "\\frac{t}{m}")
+    path = write_jsonl(tmp_path / "minerva.jsonl", [{"question": "Q", "answer": "\\frac{1}{m} t"},
+                                                    {"question": "R", "answer": "\\frac{37}{4} m"}])
+    task = tasks.get("minerva_math")
+    golds = list(task.load("test", source=path)["answer"])
+    assert golds == ["\\frac{t}{m}", "\\frac{37 m}{4}"]
+    assert task.score("\\boxed{\\frac{t}{m}}", golds[0]) == 1.0 and task.score("\\boxed{\\frac{1}{m}}", golds[0]) == 0.0
+    assert task.score("\\boxed{m \\cdot \\frac{37}{4}}", golds[1]) == 1.0 and task.score("\\boxed{\\frac{37}{4}}", golds[1]) == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_benchmark_missing_column_names_the_file_and_the_column(name, tmp_path):
+    task = tasks.get(name)
+    path = write_jsonl(tmp_path / f"{name}.jsonl", [{type(task).question_column: "What is 1 + 1?", "other": "2"}])
+    with pytest.raises(TaskError, match=rf"{name}\.jsonl: {name} rows lack column\(s\) \['{type(task).answer_column}'\]"):
+        task.load("test", source=path)
+
+
+def test_benchmark_bad_golds_are_named(tmp_path):
+    path = write_jsonl(tmp_path / "amc.jsonl", [{"question": "Q", "answer": 4}, {"question": "R", "answer": "(B)"}])
+    with pytest.raises(TaskError, match=r"amc\.jsonl: row 2 .*'answer' is '\(B\)', not a number"):
+        tasks.get("amc23").load("test", source=path)
+    empty = write_jsonl(tmp_path / "minerva.jsonl", [{"question": "Q", "answer": "2"}, {"question": "R", "answer": " "}])
+    with pytest.raises(TaskError, match=r"minerva\.jsonl: row 2 .*minerva_math/001.*empty or null answer"):
+        tasks.get("minerva_math").load("test", source=empty)
+
+
+def test_olympiadbench_single_answer_only(local_hub, tmp_path):
+    every, single = tasks.get("olympiadbench"), tasks.get("olympiadbench", single_answer_only=True)
+    all_rows, kept = every.load("test", "hub"), single.load("test", "hub")
+    assert len(all_rows) == 30 and len(kept) == 25  # the fixture's rows 6, 12, ... hold two answers each
+    assert set(kept["id"]) < set(all_rows["id"]) and "olympiadbench/005" not in set(kept["id"])
+    assert single.describe() == {"name": "olympiadbench", "single_answer_only": True}
+    assert every.describe() == {"name": "olympiadbench"}
+    bare = write_jsonl(tmp_path / "olympiad.jsonl", [{"question": "Q", "final_answer": ["$2$"]}])
+    assert list(every.load("test", source=bare)["answer"]) == ["2"]
+    with pytest.raises(TaskError, match=r"olympiad\.jsonl: olympiadbench rows lack column\(s\) \['is_multiple_answer'\]"):
+        single.load("test", source=bare)
 
 
 # ---- arithmetic ---------------------------------------------------------------------------

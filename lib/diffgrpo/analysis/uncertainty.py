@@ -69,6 +69,19 @@ def _round(v: float) -> float | None:
 
 
 
+def prompt_bound(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """A 95% interval for a mean ``p`` over ``n`` prompts of per-prompt scores in [0, 1] (pass@1,
+    an accuracy), from the mean alone: Wilson's score interval, which takes the variance p (1 - p)
+    of 0/1 scores, the most a score in [0, 1] with mean p can have (so a bound for pass@1 over
+    samples), and stays inside [0, 1] with a nonzero width at p = 0 or 1."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    shrink = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / shrink
+    half = z * float(np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / shrink
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def fit_line(x: Iterable[float], y: Iterable[float]) -> dict:
     """Least-squares ``y = slope * x + intercept`` and its R^2 (Figure 3: gain on learnable %).
 

@@ -201,7 +201,9 @@ class GenerationBackendConfig(_Section):
 
 class EvalSetConfig(_Section):
     """An evaluation set besides the training task's held-out ``test`` set; a null field takes
-    the study's value (``dataset.*``, ``dataset.test_split``, ``evaluate.*``)."""
+    the study's value (``dataset.*``, ``dataset.test_split``, ``evaluate.*``). ``size: all``
+    scores every row of the set's split, whatever ``dataset.test_size`` is (a benchmark of 30
+    problems in a study that draws 500 test prompts of its training task)."""
 
     name: str
     description: str = ""
@@ -209,7 +211,7 @@ class EvalSetConfig(_Section):
     task_options: dict[str, Any] | None = None
     source: str | None = None
     split: str | None = None
-    size: PosInt | None = None
+    size: PosInt | Literal["all"] | None = None
     greedy: bool | None = None
     n_samples: NonNegInt | None = None
     pass_k: list[int] | None = None
@@ -428,6 +430,8 @@ class Config(_Section):
             "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
         if other_task and s.source is None:
             changes["dataset.source"] = None  # nor the training data's file or hub choice
+        if s.size == "all":
+            changes["dataset.test_size"] = None  # the whole split
         changes["evaluate.sets"] = []
         return self.replace(**changes)
 

@@ -243,6 +243,21 @@ def rows_from(
     return read_table(source), str(source)
 
 
+def no_offline(task: str) -> pd.DataFrame:
+    """The offline source of a task no PyPI package ships (MATH, paper 002's benchmarks)."""
+    raise TaskError(f"{task}: no offline copy exists (no PyPI package ships it); use source='hub' or a local "
+                    ".jsonl/.parquet file in the hub's schema")
+
+
+def require_columns(raw: pd.DataFrame, columns: tuple[str, ...], where: str, task: str) -> None:
+    """A source's rows hold every column ``task`` reads, or a :class:`TaskError` naming the
+    source (``where``: the file, or "hub"), the missing columns and the ones it has."""
+    missing = [c for c in columns if c not in raw.columns]
+    if missing:
+        raise TaskError(f"{where}: {task} rows lack column(s) {missing} (they have {list(raw.columns)}); a local "
+                        "file must keep the hub's column names")
+
+
 # ---- answers ----------------------------------------------------------------------------
 # Final-answer extraction shared by the numeric tasks (gsm8k, aime2025, arithmetic) and math.
 

@@ -35,8 +35,8 @@ from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
 from diffgrpo.tasks import register
-from diffgrpo.tasks.base import (Task, TaskError, answer_is, extract_number, last_boxed, load_hub, log, normalize_number,
-                                 rows_from, validate_rows)
+from diffgrpo.tasks.base import (Task, answer_is, extract_number, last_boxed, load_hub, log, no_offline, normalize_number,
+                                 require_columns, rows_from, validate_rows)
 
 SUBJECTS = (
     "algebra",
@@ -53,7 +53,19 @@ TIMEOUT_S = 5
 SYSTEM = "Solve the math problem. Think step by step, then put the final answer in \\boxed{}."
 
 
-class _MathTask(Task):
+class MathVerified(Task):
+    """A task whose gold is a LaTeX expression, compared with the completion's stated answer by
+    math-verify (math, math500, and paper 002's minerva_math and olympiadbench)."""
+
+    def extract(self, completion: str) -> str | None:
+        return final_answer(completion)
+
+    def score(self, completion: str, answer: str) -> float:
+        got = self.extract(completion)
+        return float(got is not None and math_equal(answer, got))
+
+
+class _MathTask(MathVerified):
     """The reward and the numeric subset shared by ``math`` and ``math500``."""
 
     def __init__(self, numeric_only: bool = False) -> None:
@@ -66,19 +78,13 @@ class _MathTask(Task):
     def extract(self, completion: str) -> str | None:
         """The last ``\\boxed{}`` content, else what follows the last "answer is"; on the numeric
         subset, the numeric tasks' final number (module docstring)."""
-        if self.numeric_only:
-            return extract_number(completion)
-        boxed = last_boxed(completion)
-        if boxed is not None:
-            return boxed
-        stated = (answer_is(completion) or "").strip().rstrip(".").strip("$ ")
-        return stated or None
+        return extract_number(completion) if self.numeric_only else super().extract(completion)
 
     def score(self, completion: str, answer: str) -> float:
-        got = self.extract(completion)
         if self.numeric_only:
+            got = self.extract(completion)
             return float(got is not None and got == normalize_number(answer))
-        return float(got is not None and math_equal(answer, got))
+        return super().score(completion, answer)
 
     def _finish(self, df: pd.DataFrame, where: str) -> pd.DataFrame:
         if self.numeric_only:
@@ -99,8 +105,8 @@ class MATH(_MathTask):
 
     def load(self, split: str, source: str | None = None) -> pd.DataFrame:
         self.check_split(split)
-        raw, where = rows_from(source, self.name, hub=lambda: _hub_math(split), offline=lambda: _no_offline(self.name))
-        _require(raw, ("problem", "level", "type", "solution"), where)
+        raw, where = rows_from(source, self.name, hub=lambda: _hub_math(split), offline=lambda: no_offline(self.name))
+        require_columns(raw, ("problem", "level", "type", "solution"), where, self.name)
         raw = raw.assign(answer=raw["solution"].map(last_boxed))
         lacking = raw["answer"].isna()
         if lacking.any():
@@ -138,9 +144,9 @@ class MATH500(_MathTask):
             source,
             self.name,
             hub=lambda: load_hub("HuggingFaceH4/MATH-500", None, "test"),
-            offline=lambda: _no_offline(self.name),
+            offline=lambda: no_offline(self.name),
         )
-        _require(raw, ("problem", "answer", "level", "subject", "unique_id"), where)
+        require_columns(raw, ("problem", "answer", "level", "subject", "unique_id"), where, self.name)
         df = pd.DataFrame(
             {
                 "id": ["math500/" + str(u).removesuffix(".json") for u in raw["unique_id"]],
@@ -156,9 +162,23 @@ class MATH500(_MathTask):
         return self._finish(df, where)
 
 
+def final_answer(completion: str) -> str | None:
+    """A completion's stated answer for math-verify: the last ``\\boxed{}`` content, else what
+    follows the last "answer is" (no last-number fallback: an expression has no "last number")."""
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        return boxed
+    stated = (answer_is(completion) or "").strip().rstrip(".").strip("$ ")
+    return stated or None
+
+
 def math_equal(gold: str, given: str) -> bool:
-    """Whether math-verify finds ``given`` equal to ``gold``; False on any error or timeout."""
+    """Whether math-verify finds ``given`` equal to ``gold``; False on any error or timeout.
+
+    A number in e-notation ("4.5e33", a form Minerva-Math's golds use) is rewritten as
+    ``4.5 \\times 10^{33}`` first, on both sides: math-verify reads the ``e`` as Euler's number."""
     timeout = TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    gold, given = _e_notation(gold), _e_notation(given)
     try:
         expected = _parsed(gold, timeout)
         got = parse(f"\\boxed{{{given}}}", parsing_timeout=timeout)
@@ -171,6 +191,15 @@ def math_equal(gold: str, given: str) -> bool:
 def _parsed(gold: str, timeout: int | None) -> tuple:
     """Golds are parsed once: every one is compared with many completions."""
     return tuple(parse(f"\\boxed{{{gold}}}", parsing_timeout=timeout))
+
+
+_E_NOTATION = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)\s*")
+
+
+def _e_notation(text: str) -> str:
+    """"4.5e33" -> "4.5 \\times 10^{33}"; anything that is not one such number is left as it is."""
+    found = _E_NOTATION.fullmatch(text)
+    return f"{found.group(1)} \\times 10^{{{int(found.group(2))}}}" if found else text
 
 
 def is_plain_number(answer: str) -> bool:
@@ -199,14 +228,3 @@ def _hub_math(split: str) -> pd.DataFrame:
     return pd.concat([load_hub("EleutherAI/hendrycks_math", s, split) for s in SUBJECTS], ignore_index=True)
 
 
-def _no_offline(task: str) -> pd.DataFrame:
-    raise TaskError(
-        f"{task}: no offline copy exists (no PyPI package ships MATH); "
-        "use source='hub' or a local .jsonl/.parquet file in the hub's schema"
-    )
-
-
-def _require(raw: pd.DataFrame, columns: tuple[str, ...], where: str) -> None:
-    missing = [c for c in columns if c not in raw.columns]
-    if missing:
-        raise TaskError(f"{where}: rows lack column(s) {missing}")

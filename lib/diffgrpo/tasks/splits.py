@@ -47,7 +47,8 @@ def _cut(cfg: Config, role: str) -> pd.DataFrame:
     if same and None in sizes.values():
         raise ValueError("dataset: train_split == test_split needs both pool_size and test_size set, "
                          "so that the pool and the held-out set can be disjoint")
-    if role == "test" and not same and d.source not in (None, "hub", "offline"):
+    if role == "test" and not same and d.source not in (None, "hub", "offline") and d.train_split in task_of(cfg).splits:
+        # (a test-only task, an evaluation set such as aime2024, has no train split to share rows with)
         _check_disjoint(df, task_of(cfg).load(d.train_split, source=d.source), d.source)
     need = sum(sizes.values()) if same else sizes[role]
     if need is None:
