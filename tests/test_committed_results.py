@@ -86,6 +86,7 @@ def rerender(folder: Path, out: Path) -> list[str]:
     return inputs.differences(out, folder)
 
 
+@pytest.mark.e2e  # a whole analysis per study: tens of seconds each, in `make test`, not the unit tier
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_committed_report_is_todays_rendering_of_its_inputs(study, tmp_path):
     problems = rerender(RESULTS / study, tmp_path)
