@@ -1017,3 +1017,18 @@ def test_the_result_in_words_names_each_arm_by_gain_with_its_interval():
     assert f"- **hard**: {hard['gain_pp']:+.1f} [{hard['ci95'][0]:+.1f}, {hard['ci95'][1]:+.1f}], 4 seeds" in text
     assert "random_reward** (a control" in text
     assert f"R² = {summary['regression']['r2']:.2f}" in text
+
+
+def test_the_result_in_words_gives_the_equal_budget_verdict_and_the_leads_over_checkpoints():
+    """The committed online_vs_offline study's budgets verdict, and a lead over checkpoints, appear in
+    05_analyze's words only where the study has them."""
+    from diffgrpo.analysis.report import in_words
+
+    summary = json.loads((Path(__file__).resolve().parents[1] / "docs/results/online_vs_offline/summary.json").read_text())
+    text = in_words(summary)
+    assert f"**At equal total rollouts** (the probe charged): {summary['budgets_verdict']}" in text
+    assert "Over the checkpoints" not in text  # it evaluates the final checkpoint only
+    leads = {"leads": [{"words": "hard is ahead of easy from checkpoint 20 on (+4.0 [+1.0, +7.0] points there)"}]}
+    text = in_words({**summary, "budgets_verdict": None, "checkpoint_contrasts": leads})
+    assert "At equal total rollouts" not in text
+    assert text.endswith("- hard is ahead of easy from checkpoint 20 on (+4.0 [+1.0, +7.0] points there)")

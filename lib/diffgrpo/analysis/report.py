@@ -415,7 +415,9 @@ def figure_files(cfg: Config) -> list[Path]:
 
 def in_words(summary: dict) -> str:
     """The study's result as a short page of Markdown, for 05_analyze to show before its tables:
-    the verdict, each arm's gain with its interval (largest first), and the Figure 3 fit."""
+    the verdict, each arm's gain with its interval (largest first), the Figure 3 fit and, where
+    the study has them, the verdict at equal total rollouts (``budgets_verdict``) and each
+    pair's lead over the checkpoints (``checkpoint_contrasts``)."""
     arms = summary.get("arms", {})
     runs = summary.get("runs", [])
     base = f" over the base model's {summary['metric']} of {runs[0]['base_acc']:.3f}" if runs else ""
@@ -434,4 +436,10 @@ def in_words(summary: dict) -> str:
         lines += ["", f"Learnable % against gain (Figure 3): R² = {r2}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
                   + f" over {fit['n']} runs" + (f"; the paper's own points give {paper['r2']:.2f}." if paper.get("r2")
                                                is not None else ".")]
+    if summary.get("budgets_verdict"):
+        lines += ["", f"**At equal total rollouts** (the probe charged): {summary['budgets_verdict']}"]
+    leads = (summary.get("checkpoint_contrasts") or {}).get("leads") or []
+    if leads:
+        lines += ["", "**Over the checkpoints** (is one arm ahead, and from when):", ""]
+        lines += [f"- {lead['words']}" for lead in leads]
     return "\n".join(lines)
