@@ -777,7 +777,7 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     DELTA.update(random=0.06, random_reward=0.0)
     MIXED.update(random=2, random_reward=2)
     try:
-        root = make_study(layout.study_dir(cfg), arms=("hard", "random", "random_reward"), seeds=(0, 1, 2))
+        make_study(layout.study_dir(cfg), arms=("hard", "random", "random_reward"), seeds=(0, 1, 2))
     finally:
         for k in ("random", "random_reward"):
             DELTA.pop(k), MIXED.pop(k)
