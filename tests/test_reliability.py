@@ -370,7 +370,10 @@ def test_a_run_folder_deleted_while_training_is_refused_then_retrained(tmp_path,
     try:
         train.train_run(cfg, "hard", 0, progress=False)
     except ArtifactError as err:  # noticed before the run is recorded, or named when it hit a save in progress
-        assert "disappeared while it trained (checkpoints/checkpoint-2" in str(err) and "rerun the train" in str(err)
+        # what it names depends on when the deletion landed: checkpoint-2 once its save was recorded,
+        # else the run's params and TRL config (gone with the folder) alone
+        named = str(err).split("disappeared while it trained (")[1].split(")")[0]
+        assert "rerun the train" in str(err) and ("checkpoints/checkpoint-2" in named or "params.yaml" in named), named
     else:
         pytest.fail("a run whose folder was deleted while it trained was recorded as trained")
     watcher.join()
