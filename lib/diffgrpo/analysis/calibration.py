@@ -1,58 +1,128 @@
-"""Simulated error rates of the report's intervals (:mod:`diffgrpo.analysis.uncertainty`) at the seeds a
-study has: how often a null contrast is called (p < 0.05) and how often an arm's gain interval
-covers the true gain.
+"""Simulated error rates of the report's intervals (:mod:`diffgrpo.analysis.uncertainty`) over the
+regimes a study can be in: how often a null contrast is called, how often Holm's family of null
+contrasts calls any, how often an interval covers the truth, and how often a real difference is
+found, for the method the report uses and for issue 19's plain t (whose seed part collapses when
+the seeds agree).
 
-The simulated study (issue 19's setting): ``n_prompts`` test prompts, each with a latent
-difficulty z_i ~ N(0, 1) that the base model and every run share; a run is right on prompt i
-when sqrt(rho) z_i + sqrt(1 - rho) e_i < c, with e_i ~ N(0, 1) its own per-prompt noise and c
-set so that its expected accuracy is the arm's plus a seed offset ~ N(0, seed_sd). The base
-model (accuracy ``base_acc``) is one such run. An arm's true gain is its accuracy minus the
-base's; a null contrast is two arms of the same accuracy, each with its own seed offsets.
+The simulated study. Each test prompt has a latent difficulty z_i ~ N(0, 1); the base model
+answers it right when z_i < Phi^-1(base_acc) (greedy: no noise). A run of an arm answers it
+right when sqrt(1 - r^2) z_i + r e_ij < Phi^-1(acc + d_j), with e_ij ~ N(0, 1) the run's own
+per-prompt noise, r set so that a run's answer differs from its arm's noiseless one on a share
+``flip`` of the prompts (the per-run flip rate), and d_j ~ N(0, seed_sd) the seed's own offset.
+Arms A, B and D have one accuracy (three null contrasts, one Holm family); arm C is
+``effect_pp`` points better (the non-null contrast C - A). Scores are 0/1: few flips give
+per-seed means on a coarse lattice, where seeds often agree exactly (the regime issue 35 found).
 
-    .venv/bin/python -m diffgrpo.analysis.calibration            # 2000 simulations per setting (minutes)
+Each check is one evaluation of the mean's distribution function: an interval covers a value v
+when P(mean <= v) lies within [2.5%, 97.5%]; a contrast is called when p < ALPHA; Holm's family
+calls any of its three when the smallest p is below ALPHA / 3, Holm's first step (the report's
+resample refinement at an edge is left out: it moves a p only within its Monte Carlo error).
+
+    .venv/bin/python -m diffgrpo.analysis.calibration            # the grid of docs/statistics.md (minutes)
+    .venv/bin/python -m diffgrpo.analysis.calibration --sims 200  # a quicker, noisier one
 """
 
 from __future__ import annotations
 
+import argparse
+import itertools
+
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, special, stats
 
 from diffgrpo.analysis.uncertainty import ALPHA, Bootstrap, mean_dist
+from diffgrpo.progress import bar
+
+#: the grid of docs/statistics.md (issue 35): seeds, the seed sd (points), the per-run flip rate, test prompts
+SEEDS, SEED_SD, FLIPS, PROMPTS = (2, 3, 4, 8, 16), (0.0, 0.5, 2.0, 5.0), (0.005, 0.02, 0.05), (300, 1000)
+BASE_ACC, ARM_ACC, EFFECT_PP = 0.55, 0.62, 4.0
 
 
-def _runs(rng, z: np.ndarray, acc: np.ndarray, rho: float) -> np.ndarray:
-    """prompts x runs correctness, run j at expected accuracy acc[j]."""
-    noise = rng.standard_normal((len(z), len(acc)))
-    latent = np.sqrt(rho) * z[:, None] + np.sqrt(1 - rho) * noise
-    return (latent < stats.norm.ppf(np.clip(acc, 0.01, 0.99))[None, :]).astype(float)
+def noise_weight(flip: float, acc: float) -> float:
+    """r such that a run's answer differs from the noiseless 1[z < Phi^-1(acc)] on a share ``flip`` of prompts."""
+    tau = stats.norm.ppf(acc)
+
+    def disagree(r: float) -> float:
+        rho = np.sqrt(1 - r * r)
+        both = stats.multivariate_normal([0, 0], [[1, rho], [rho, 1]], allow_singular=True).cdf([tau, tau])
+        return 2 * (stats.norm.cdf(tau) - both) - flip
+    return optimize.brentq(disagree, 1e-6, 0.999)
 
 
-def error_rates(n_seeds: int, seed_sd_pp: float, n_sims: int = 400, n_prompts: int = 300, n_boot: int = 1000,
-                rho: float = 0.6, base_acc: float = 0.55, arm_acc: float = 0.62, seed: int = 0) -> dict:
-    """Share of null contrasts called (p < ALPHA) and share of arm-gain intervals that cover the
-    true gain, over ``n_sims`` simulated studies; with their Monte Carlo standard errors."""
-    rng = np.random.default_rng([seed, n_seeds, int(10 * seed_sd_pp)])
+def _runs(rng, z: np.ndarray, acc: np.ndarray, r: float) -> np.ndarray:
+    """prompts x runs 0/1 scores, run j at expected accuracy acc[j]."""
+    latent = np.sqrt(1 - r * r) * z[:, None] + r * rng.standard_normal((len(z), len(acc)))
+    return (latent < special.ndtri(np.clip(acc, 0.01, 0.99))[None, :]).astype(float)
+
+
+def _covers(dist, v: float) -> bool:
+    below = float(dist._below(v).mean())
+    return ALPHA / 2 <= below <= 1 - ALPHA / 2
+
+
+def one_study(rng, boot: Bootstrap, n_seeds: int, seed_sd: float, r: float, floor: bool) -> dict:
+    """One simulated study's checks (module docstring), for the method with or without the run-noise floor."""
+    n = boot.n_prompts
+    z = rng.standard_normal(n)
+    base = (z < special.ndtri(BASE_ACC)).astype(float)
+    arm = {k: _runs(rng, z, acc + rng.normal(0, seed_sd / 100, n_seeds), r)
+           for k, acc in (("A", ARM_ACC), ("B", ARM_ACC), ("D", ARM_ACC), ("C", ARM_ACC + EFFECT_PP / 100))}
+    dist = lambda x: mean_dist(100.0 * x, boot, run_noise_floor=floor)  # noqa: E731
+    nulls = [dist(arm[a] - arm[b]) for a, b in (("A", "B"), ("A", "D"), ("B", "D"))]
+    p_null = [d.p_value()[0] for d in nulls]
+    effect = dist(arm["C"] - arm["A"])
+    gain = dist(arm["A"] - base[:, None])
+    return {"null_called": p_null[0] < ALPHA, "holm_any": min(p_null) < ALPHA / len(p_null),
+            "contrast_covered": _covers(effect, EFFECT_PP), "power": effect.p_value()[0] < ALPHA,
+            "gain_covered": _covers(gain, 100.0 * (ARM_ACC - BASE_ACC)), "detectable": effect.detectable()}
+
+
+def cell(n_seeds: int, seed_sd: float, flip: float, n_prompts: int, n_sims: int = 1000, n_boot: int = 400,
+         seed: int = 0) -> list[dict]:
+    """Both methods' rates in one cell of the grid, over ``n_sims`` studies (the same studies for both)."""
+    r = noise_weight(flip, ARM_ACC)
     boot = Bootstrap(n_prompts, n_boot, seed)
-    called, covered = [], []
-    truth = 100.0 * (arm_acc - base_acc)
-    for _ in range(n_sims):
-        z = rng.standard_normal(n_prompts)
-        base = _runs(rng, z, np.array([base_acc]), rho)[:, 0]
-        a, b = (_runs(rng, z, arm_acc + rng.normal(0, seed_sd_pp / 100, n_seeds), rho) for _ in range(2))
-        p, _ = mean_dist(100.0 * (a - b), boot).p_value()
-        called.append(p < ALPHA)
-        lo, hi = mean_dist(100.0 * (a - base[:, None]), boot).interval(1 - ALPHA)
-        covered.append(lo <= truth <= hi)
-    fp, cov = float(np.mean(called)), float(np.mean(covered))
-    return {"n_seeds": n_seeds, "seed_sd_pp": seed_sd_pp, "n_sims": n_sims, "false_positive": fp,
-            "false_positive_mc_se": float(np.sqrt(ALPHA * (1 - ALPHA) / n_sims)), "coverage": cov,
-            "coverage_mc_se": float(np.sqrt(0.95 * 0.05 / n_sims))}
+    out = []
+    for floor in (True, False):
+        rng = np.random.default_rng([seed, n_seeds, int(10 * seed_sd), int(1000 * flip), n_prompts])
+        rows = pd.DataFrame([one_study(rng, boot, n_seeds, seed_sd, r, floor) for _ in range(n_sims)])
+        rates = rows.drop(columns="detectable").mean()
+        out.append({"method": "run-noise floor" if floor else "plain t (issue 19)", "seeds": n_seeds,
+                    "seed_sd_pp": seed_sd, "flip": flip, "prompts": n_prompts, "n_sims": n_sims,
+                    "false_call": rates["null_called"], "holm_family_false_call": rates["holm_any"],
+                    "contrast_coverage": rates["contrast_covered"], "gain_coverage": rates["gain_covered"],
+                    "power": rates["power"], "detectable_pp": float(rows["detectable"].median())})
+    return out
 
 
-def table(n_sims: int = 2000, **kw) -> pd.DataFrame:
-    return pd.DataFrame([error_rates(s, sd, n_sims, **kw) for s in (2, 3) for sd in (3.0, 5.0)])
+def mc_se(rate: float, n_sims: int) -> float:
+    """The Monte Carlo standard error of a rate over ``n_sims`` studies."""
+    return float(np.sqrt(rate * (1 - rate) / n_sims))
+
+
+def grid(n_sims: int = 1000, seeds=SEEDS, seed_sd=SEED_SD, flips=FLIPS, prompts=PROMPTS, **kw) -> pd.DataFrame:
+    cells = list(itertools.product(seeds, seed_sd, flips, prompts))
+    rows, shown = [], bar(len(cells), "calibration cells", unit="cell")
+    for s, sd, f, n in cells:
+        rows += cell(s, sd, f, n, n_sims, **kw)
+        shown.update(1)
+    shown.close()
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sims", type=int, default=1000, help="simulated studies a cell (default 1000)")
+    ap.add_argument("--out", help="also write the table as CSV here")
+    args = ap.parse_args(argv)
+    table = grid(args.sims)
+    if args.out:
+        table.to_csv(args.out, index=False)
+    print(f"Monte Carlo standard error at 95%: {100 * mc_se(0.95, args.sims):.2f} points; at 5%: "
+          f"{100 * mc_se(0.05, args.sims):.2f}")
+    print(table.round(4).to_markdown(index=False))
 
 
 if __name__ == "__main__":
-    print(table().round(4).to_string(index=False))
+    main()

@@ -301,6 +301,22 @@ class StudyReport:
     skipped: list[str] = dataclasses.field(default_factory=list)  # planned runs not complete (left out)
     selections: pd.DataFrame | None = None  # p_hat of every prompt the runs train on (study_selections)
     prior: dict | None = None   # the Beta prior of the posterior learnability (learnability.learnability_prior)
+    trajectories: dict[str, str] = dataclasses.field(default_factory=dict)  # run_id -> layout.trajectory_id
+
+    def nested_arms(self) -> list[list[str]]:
+        """Groups of arms whose runs are, seed by seed, points of one trajectory (one a prefix of
+        the other: :func:`diffgrpo.store.layout.trajectory_id`); each group shares one seed part in
+        joint draws. Arms alone in their trajectories are left out."""
+        by_arm: dict[str, dict[int, str]] = {}
+        for r in self.runs[["strategy", "seed"]].itertuples():
+            rid = layout.run_id(r.strategy, int(r.seed))
+            if rid in self.trajectories:
+                by_arm.setdefault(r.strategy, {})[int(r.seed)] = self.trajectories[rid]
+        groups: list[list[str]] = []
+        for arm, traj in by_arm.items():
+            home = next((g for g in groups if by_arm[g[0]] == traj), None)
+            (home.append(arm) if home is not None else groups.append([arm]))
+        return [g for g in groups if len(g) > 1]
 
     @property
     def n_seeds(self) -> int:
@@ -364,14 +380,15 @@ def read_study(cfg: Config) -> StudyReport:
     arms = arm_intervals(scores, boot).merge(learn, left_on="strategy", right_index=True)
     curves = accuracy_curves(evals, metric).merge(curve_intervals(scores, boot), on=["strategy", "step"], how="left")
     seeds = int(arms["n_seeds"].max())
-    over = (f"test prompts (bootstrap) and seeds (t, {seeds - 1} df)" if seeds > 1
+    over = (f"test prompts (bootstrap) and seeds (t, {seeds - 1} df, floored at the runs' per-prompt noise)" if seeds > 1
             else "test prompts only (one seed per arm: seed variance is not included)")
     return StudyReport(
         cfg=cfg, out=layout.report_dir(cfg), metric=metric, runs=runs, manifests=complete, evals=evals,
         tiers=read_evals(root, ids, layout.EVAL_TIERS), set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms,
         pairs=contrasts(scores, boot, control), rep=paper_numbers.reported(cfg.analyze.reports),
         regression=figure3_regression(runs, control, cfg.analyze.bootstrap, cfg.analyze.seed), over=over,
-        control=control, scores=scores, boot=boot, skipped=skipped, selections=selections, prior=prior)
+        control=control, scores=scores, boot=boot, skipped=skipped, selections=selections, prior=prior,
+        trajectories={m["run_id"]: layout.trajectory_id(m) for m in complete})
 
 
 def report(cfg: Config) -> dict:

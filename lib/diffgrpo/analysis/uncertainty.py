@@ -46,17 +46,20 @@ independent points).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import optimize, special, stats
+from statsmodels.stats.multitest import multipletests
 
 from diffgrpo.analysis.tables import DIGITS, METRIC_NAMES, arm_order
 
 ALPHA = 0.05  # the error rate of every decision (intervals are 1 - ALPHA)
 MC_Z = 2.576  # a p-value is decided when its 99% Monte Carlo interval holds no Holm threshold
+POWER = 0.80  # the power of a detectable difference (:meth:`MeanDist.detectable`)
 MAX_REFINE = 16  # at most this many times analyze.bootstrap prompt resamples for a p on the edge
 
 #: Holm's families, in the report's words
@@ -127,30 +130,110 @@ class Bootstrap:
 
 
 
+_LEGENDRE = np.polynomial.legendre.leggauss(48)  # nodes and weights on [-1, 1] (SeedPart.mixture)
+
+
+@dataclass
+class SeedPart:
+    """The seed part of a prompts x seeds mean: the spread of the ``S`` per-seed means, which
+    carry the seed's own effect (variance sigma_seed^2) and each run's per-prompt noise
+    (sigma_resid^2 / n a seed mean). ``spread`` is (S - 1) x the per-seed means' sample variance;
+    ``floor`` is MS_resid / n, the per-run noise's share of one seed mean's variance, which 1,000s
+    of cells estimate (the seeds' spread cannot fall below it: it would count the noise nowhere).
+
+    Its distribution is the generalized pivot (fiducial) of a variance with a known lower bound:
+    tau^2 = max(spread / chi2_{S-1}, floor) per draw of chi2, and the seed part N(0, tau^2 / S).
+    Without a floor it is exactly the Student t with S - 1 degrees of freedom of issue 19's method;
+    with seeds that agree exactly (spread 0) it is the normal of the per-run noise, never 0. It is
+    kept as a scale mixture of normals: Gauss-Legendre nodes over the chi2 quantiles where
+    spread / chi2 exceeds the floor, and one normal at the floor for the rest."""
+
+    spread: float
+    floor: float
+    n_seeds: int
+
+    @property
+    def empty(self) -> bool:
+        return self.n_seeds < 2 or (self.spread <= 0 and self.floor <= 0)
+
+    @functools.cached_property
+    def mixture(self) -> tuple[np.ndarray, np.ndarray]:
+        """The seed part's scales (sd of each normal) and weights (summing to 1)."""
+        if self.empty:
+            return np.zeros(0), np.zeros(0)
+        df = self.n_seeds - 1
+        above = 1.0 if self.floor <= 0 else float(special.chdtr(df, self.spread / self.floor)) if self.spread > 0 else 0.0
+        x, w = _LEGENDRE
+        scales, weights = [], []
+        if above > 0:
+            q = special.chdtri(df, 1 - (x + 1) / 2 * above)  # the chi2's quantiles
+            scales.append(np.sqrt(self.spread / (self.n_seeds * q)))
+            weights.append(w / 2 * above)
+        if above < 1:
+            scales.append([np.sqrt(self.floor / self.n_seeds)])
+            weights.append([1.0 - above])
+        return np.concatenate(scales), np.concatenate(weights)
+
+    def cdf(self, v: np.ndarray) -> np.ndarray:
+        """P(seed part <= v), elementwise."""
+        v = np.asarray(v, float)
+        scales, weights = self.mixture
+        return special.ndtr(v[..., None] / scales) @ weights
+
+    def quantile(self, q: float) -> float:
+        if self.empty:
+            return 0.0
+        scale = np.sqrt(max(self.spread / max(self.n_seeds - 1, 1), self.floor) / self.n_seeds)
+        lo, hi = -scale, scale
+        while self.cdf(lo) > q:
+            lo *= 2
+        while self.cdf(hi) < q:
+            hi *= 2
+        return optimize.brentq(lambda v: float(self.cdf(v)) - q, lo, hi, xtol=1e-12 * scale)
+
+    def sample(self, z: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Draws of the seed part from standard normals ``z`` and uniforms ``u`` (the chi2's
+        quantile): runs that share a trajectory share their ``z`` and ``u``."""
+        if self.empty:
+            return np.zeros(np.shape(z))
+        chi2 = special.chdtri(self.n_seeds - 1, 1 - np.clip(u, 1e-300, 1))
+        tau2 = np.maximum(self.spread / chi2, self.floor) if self.spread > 0 else np.full(np.shape(u), self.floor)
+        return np.asarray(z) * np.sqrt(tau2 / self.n_seeds)
+
+    @property
+    def variance(self) -> float:
+        """Its estimated variance, (the seeds' spread or the floor, the larger) / S: the plan's and
+        the detectable difference's figure (a t's variance is infinite with 1-2 degrees of freedom)."""
+        return 0.0 if self.empty else max(self.spread / (self.n_seeds - 1), self.floor) / self.n_seeds
+
+
+
 @dataclass
 class MeanDist:
     """The sampling distribution of a prompts x seeds mean: ``est`` + a prompt-bootstrap draw
-    (``dev``, one per resample) + ``se_seed`` x Student t with ``df`` = seeds - 1 (``se_seed``
-    0: no seed part, with one seed or seeds that agree exactly)."""
+    (``dev``, one per resample) + the :class:`SeedPart` ``seed`` (none with one seed)."""
 
     est: float
     dev: np.ndarray
-    se_seed: float
-    df: int
+    seed: SeedPart
+
+    @property
+    def df(self) -> int:
+        return max(self.seed.n_seeds - 1, 0)
 
     def _below(self, v: float) -> np.ndarray:
         """P(mean <= v) given each prompt draw."""
-        if self.se_seed > 0:
-            return stats.t.cdf((v - self.est - self.dev) / self.se_seed, self.df)
+        if not self.seed.empty:
+            return self.seed.cdf(v - self.est - self.dev)
         return (self.est + self.dev <= v).astype(float)
 
     def interval(self, level: float = 1 - ALPHA) -> list[float]:
         tail = (1 - level) / 2
-        if self.se_seed == 0:  # the percentile bootstrap (one seed: as before issue 19)
+        if self.seed.empty:  # the percentile bootstrap (one seed: as before issue 19)
             return interval(self.est + self.dev, level)
         out = []
         for q in (tail, 1 - tail):
-            shift = self.se_seed * stats.t.ppf(q, self.df)
+            shift = self.seed.quantile(q)
             lo, hi = self.est + self.dev.min() + shift, self.est + self.dev.max() + shift
             out.append(float(lo) if hi - lo < 1e-12 else
                        optimize.brentq(lambda v: self._below(v).mean() - q, lo, hi, xtol=1e-9))
@@ -159,7 +242,7 @@ class MeanDist:
     def p_value(self) -> tuple[float, float]:
         """Two-sided p of "the mean is 0" and its Monte Carlo standard error."""
         b = len(self.dev)
-        if self.se_seed == 0:
+        if self.seed.empty:
             draws = self.est + self.dev
             tail = min((draws <= 0).mean(), (draws >= 0).mean())  # ties on both sides: all-zero draws, no MC error
             return boot_p(draws), float(2 * np.sqrt(tail * (1 - tail) / b))
@@ -167,32 +250,64 @@ class MeanDist:
         tail = min(below.mean(), 1 - below.mean())
         return float(min(1.0, 2 * tail)), float(2 * below.std() / np.sqrt(b))
 
+    def detectable(self, alpha: float = ALPHA, power: float = POWER) -> float:
+        """The smallest true difference this design detects with ``power`` at a two-sided
+        ``alpha`` (normal approximation: (z_{1-alpha/2} + z_power) x the mean's standard error,
+        the seed part's t inflating it by its degrees of freedom)."""
+        var_prompt = float(np.var(self.dev))
+        var_seed = self.seed.variance
+        se = np.sqrt(var_prompt + var_seed)
+        if se == 0:
+            return 0.0
+        df = satterthwaite(var_prompt, len(self.dev) - 1, var_seed, self.df)
+        return float((special.stdtrit(df, 1 - alpha / 2) + special.stdtrit(df, power)) * se)
 
 
-def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1) -> MeanDist:
-    """The distribution of the mean of a prompts x seeds matrix (module docstring)."""
+
+def satterthwaite(v1: float, df1: float, v2: float, df2: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of two variance estimates."""
+    if v2 <= 0 or df2 <= 0:
+        return max(df1, 1.0)
+    if v1 <= 0 or df1 <= 0:
+        return float(df2)
+    return float((v1 + v2) ** 2 / (v1 ** 2 / df1 + v2 ** 2 / df2))
+
+
+
+def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1, run_noise_floor: bool = True) -> MeanDist:
+    """The distribution of the mean of a prompts x seeds matrix (module docstring).
+    ``run_noise_floor`` False: the seed part is the plain t of issue 19 (the calibration's
+    reference, which collapses when the seeds agree)."""
     x = np.asarray(x, float).reshape(boot.n_prompts, -1)
     n, s = x.shape
     est, rows = float(x.mean()), x.mean(axis=1)
     dev = boot.prompt_means(rows, blocks) - est
     if s == 1:
-        return MeanDist(est, dev, 0.0, 0)
+        return MeanDist(est, dev, SeedPart(0.0, 0.0, 1))
     cols = x.mean(axis=0)
     ms_rows = s * ((rows - est) ** 2).sum() / (n - 1)
     ms_resid = ((x - rows[:, None] - cols[None, :] + est) ** 2).sum() / ((n - 1) * (s - 1))
     shrink = np.sqrt(max(0.0, ms_rows - ms_resid) / ms_rows) if ms_rows > 0 else 1.0
-    return MeanDist(est, shrink * dev, float(cols.std(ddof=1) / np.sqrt(s)), s - 1)
+    seed = SeedPart(float(((cols - cols.mean()) ** 2).sum()), float(ms_resid / n) if run_noise_floor else 0.0, s)
+    return MeanDist(est, shrink * dev, seed)
 
 
 
-def draws(dist: MeanDist, rng: np.random.Generator) -> np.ndarray:
+def draws(dist: MeanDist, rng: np.random.Generator, noise: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Draws of a mean from its distribution, one per prompt resample: the resample's prompt
-    part plus a t draw of the seed part. The dists of one :class:`Bootstrap` drawn with one
+    part plus a draw of the seed part. The dists of one :class:`Bootstrap` drawn with one
     ``rng`` share their prompt resamples (row r of each is the same resample of the test
     prompts) and have independent seed parts: joint draws of arms trained in separate runs, for
-    a statistic no closed form covers (a ratio, a crossing)."""
-    t = rng.standard_t(dist.df, len(dist.dev)) if dist.se_seed > 0 else 0.0
-    return dist.est + dist.dev + dist.se_seed * t
+    a statistic no closed form covers (a ratio, a crossing). Runs that share a trajectory (one a
+    prefix of the other: same selection, seed and schedule) share one seed part: pass the same
+    ``noise`` (:func:`seed_noise`) to each."""
+    z, u = noise if noise is not None else seed_noise(rng, len(dist.dev))
+    return dist.est + dist.dev + dist.seed.sample(z, u)
+
+
+def seed_noise(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The standard normals and uniforms of ``size`` seed-part draws (:meth:`SeedPart.sample`)."""
+    return rng.standard_normal(size), rng.random(size)
 
 
 
@@ -214,15 +329,10 @@ def boot_p(boot: np.ndarray) -> float:
 
 
 def holm(p: Iterable[float]) -> np.ndarray:
-    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i + 1), made
-    monotone, capped at 1; controls the family-wise error rate over the m contrasts."""
+    """Holm's step-down adjusted p-values (statsmodels' ``multipletests``): the i-th smallest of m
+    p-values times (m - i + 1), made monotone, capped at 1; controls the family-wise error rate."""
     p = np.asarray(list(p), float)
-    m = len(p)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adjusted
-    return out
+    return multipletests(p, method="holm")[1] if len(p) else p
 
 
 
@@ -278,7 +388,8 @@ def arm_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
 
 
 
-CONTRAST_COLUMNS = ["a", "b", "family", "diff_pp", "ci_low", "ci_high", "p", "p_mc_se", "resamples", "n_seeds"]
+CONTRAST_COLUMNS = ["a", "b", "family", "diff_pp", "ci_low", "ci_high", "p", "p_mc_se", "resamples", "n_seeds",
+                    "detectable_pp"]
 
 
 def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alpha: float = ALPHA,
@@ -309,7 +420,10 @@ def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: f
     differences in points. Holm's step-down runs within each family (:func:`holm_step_down`:
     resamples are spent only on the p that decides a step); adds ``ci_low``, ``ci_high``, ``p``,
     ``p_mc_se``, ``resamples``, ``p_holm``, ``excludes_zero``, ``decision``, ``undecided``,
-    ``significant_holm``."""
+    ``significant_holm``, and ``detectable_pp``: the smallest true difference this contrast would be
+    found with 80% power at Holm's first-step threshold (alpha / the family's size; later steps
+    are less strict), from its own variance components (:meth:`MeanDist.detectable`): beside a
+    "not distinguishable", the size the study could have seen."""
     out = out.copy()
     blocks, dists = [1] * len(diffs), [mean_dist(d, boot) for d in diffs]
 
@@ -326,11 +440,14 @@ def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: f
         idx = list(idx)
         for k, d in holm_step_down(lambda j, refine: p_of(idx[j], refine), len(idx), alpha).items():
             decision[idx[k]] = d
+    size = out.groupby("family")["family"].transform("size") if len(out) else out["family"]
     for i, dist in enumerate(dists):
         p, se = dist.p_value()
         lo, hi = dist.interval(1 - alpha)
-        out.loc[i, ["ci_low", "ci_high", "p", "p_mc_se", "resamples"]] = [lo, hi, p, se, blocks[i] * boot.n_boot]
-    out = out.astype({"ci_low": float, "ci_high": float, "p": float, "p_mc_se": float, "resamples": int})
+        out.loc[i, ["ci_low", "ci_high", "p", "p_mc_se", "resamples", "detectable_pp"]] = [
+            lo, hi, p, se, blocks[i] * boot.n_boot, dist.detectable(alpha / int(size.iloc[i]))]
+    out = out.astype({"ci_low": float, "ci_high": float, "p": float, "p_mc_se": float, "resamples": int,
+                      "detectable_pp": float})
     out["p_holm"] = np.nan
     for family, idx in out.groupby("family").groups.items():
         out.loc[idx, "p_holm"] = holm(out.loc[idx, "p"])
@@ -425,7 +542,7 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
     ci = lambda r: f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"  # noqa: E731
     seeds = int(arms["n_seeds"].max())
     scope = (f"95% intervals over {n_prompts} test prompts and {seeds} seeds, the seed part a t with {seeds - 1} "
-             "degrees of freedom" if seeds > 1 else
+             "degrees of freedom never narrower than the runs' own per-prompt noise" if seeds > 1 else
              f"95% intervals over {n_prompts} test prompts only (one seed: seed variance is not included)")
     if top["ci_high"] < 0:
         head = f"every arm lost {name} against the base model ({base_acc:.2f}); the best, {top['strategy']}, "
@@ -451,9 +568,15 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
                  f"(its lead of {lead_text})")
     else:
         line += (f"; the arms are not distinguishable at this size: no arm differs from every other after Holm's "
-                 f"correction (the leader's lead of {lead_text}, unadjusted)")
+                 f"correction (the leader's lead of {lead_text}, unadjusted; {detectable_words(pair)})")
     return f"{line}{_family_counts(pairs)} ({scope})", best
 
+
+
+def detectable_words(pair) -> str:
+    """"this study could have detected about X points" for a contrast row (``detectable_pp``)."""
+    return (f"a difference of about {pair['detectable_pp']:.1f} points was detectable with 80% power at Holm's "
+            "first step: a smaller true one would go unseen")
 
 
 def _family_counts(pairs: pd.DataFrame) -> str:

@@ -173,6 +173,21 @@ def trained_identity(run_manifest: dict[str, Any]) -> dict[str, Any]:
 ADAPTER_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin")
 
 
+#: train.* keys of a run's key that end or charge a run without changing any step it trains
+NOT_IN_TRAJECTORY = ("max_completions", "charge_probe")
+
+
+def trajectory_id(run_manifest: dict[str, Any]) -> str:
+    """Which training trajectory a run is a point of: its key without ``train.max_completions``
+    (a budget that stops a run early ends it on the way, it does not change a step before), its
+    seed and its schedule's length (``max_steps``: the learning rate's schedule runs over it). Runs
+    with one trajectory id trained the same steps, one a prefix of the other: the report gives them
+    one seed part (:func:`diffgrpo.analysis.uncertainty.draws`) and counts them as one trajectory."""
+    key = dict(run_manifest.get("key") or {})
+    key["train"] = {k: v for k, v in (key.get("train") or {}).items() if k not in NOT_IN_TRAJECTORY}
+    return key_hash({"key": key, "seed": run_manifest.get("seed"), "max_steps": run_manifest.get("max_steps")})
+
+
 def key_hash(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
 

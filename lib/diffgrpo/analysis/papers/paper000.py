@@ -98,7 +98,7 @@ def steps_to_match(curves: pd.DataFrame, arms: pd.DataFrame, lower: str | None, 
         out["reason"] = f"{lower!r} and {all_arm!r} ran no seed in common: the paired difference needs one"
         return out
     out["interval_over"] = (f"test prompts ({boot.n_boot} bootstrap resamples of {boot.n_prompts}) and "
-                            + (f"{len(common)} seeds (t, {len(common) - 1} df)" if len(common) > 1
+                            + (f"{len(common)} seeds (t, {len(common) - 1} df, floored at the runs' per-prompt noise)" if len(common) > 1
                                else "one seed (seed variance not included)"))
     table = match_checkpoints(scores, boot, lower, all_arm, final_step, margin_pp)
     out["checkpoints"] = [{k: _round(v) if isinstance(v, float) else v for k, v in r.items()}

@@ -15,7 +15,11 @@ method there already reads "at or below" that total; one that no budget brings t
 "not reached within the budgets studied", never an extrapolation. The 95% interval is the
 crossing per resample: every arm's gain drawn from the study's resamples of the test prompts
 (shared by the arms) and its own seed part (:func:`diffgrpo.analysis.uncertainty.draws`),
-interpolated as the point is; its ends carry the same two censored readings. One method is
+interpolated as the point is; its ends carry the same two censored readings. Arms whose runs are
+one trajectory stopped at different budgets (a ``.b960`` run the prefix of its ``.b1920`` run,
+:meth:`~diffgrpo.analysis.report.StudyReport.nested_arms`) share one seed part in these draws: they are
+one training per seed, not two. The budgets table says how far each arm's runs went on which
+schedule (``trained``: "5 of 60 steps (cosine)" is a prefix, not a 5-step schedule). One method is
 named the cheapest only when its interval lies below every other method's (no overlap: a
 conservative reading, not a test of each pair); else the words say the data cannot tell. The
 arm that sets the target reaches it at the smallest budget by construction, and about half its
@@ -43,7 +47,7 @@ from matplotlib.figure import Figure
 
 from diffgrpo.analysis.sections.compute import arm_rollouts
 from diffgrpo.analysis.tables import DIGITS
-from diffgrpo.analysis.uncertainty import ALPHA, _round, contrasts, draws, interval, mean_dist
+from diffgrpo.analysis.uncertainty import ALPHA, _round, contrasts, draws, interval, mean_dist, seed_noise
 from diffgrpo.store.artifacts import save_figure
 from diffgrpo.train.ledger import arm_kind, planned_rollouts
 
@@ -62,6 +66,17 @@ def budgets(study) -> dict[int, list[str]]:
     return {b: arms for b, arms in sorted(out.items()) if len(arms) >= 2}
 
 
+def schedule(study, arm: str) -> str:
+    """How far an arm's runs went on which schedule: "5 of 60 steps (cosine)". A run that a budget
+    stops early is a prefix of its schedule, not a run of that many steps."""
+    ms = [m for m in study.manifests if m["strategy"] == arm]
+    done = sorted({int(m["steps_done"]) for m in ms})
+    planned = sorted({int(m["max_steps"]) for m in ms if m.get("max_steps")})
+    lr = sorted({str((m.get("key") or {}).get("train", {}).get("lr_scheduler", "?")) for m in ms})
+    steps = "-".join(str(v) for v in (done[0], done[-1])) if len(done) > 1 else str(done[0]) if done else "?"
+    return f"{steps} of {'/'.join(map(str, planned)) or '?'} steps ({'/'.join(lr)})"
+
+
 def method_of(arm: str) -> str:
     """An arm ``<method>.<label>``'s method (``hard.b960`` -> ``hard``); an arm without a label is its own."""
     return arm.split(".")[0]
@@ -71,13 +86,16 @@ def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
     """One sentence: the arm with the largest gain at this budget, and whether the data separate it."""
     best = table.sort_values("gain_pp", ascending=False).iloc[0]
     mine = pairs[(pairs["a"] == best["strategy"]) | (pairs["b"] == best["strategy"])]
-    tied = sorted({x for a, b in zip(mine["a"], mine["b"]) for x in (a, b)} - {best["strategy"]}
-                  - set(mine.loc[mine["decision"] == "differs", ["a", "b"]].stack()))
+    open_ = mine[mine["decision"] != "differs"]
+    tied = sorted({x for a, b in zip(open_["a"], open_["b"]) for x in (a, b)} - {best["strategy"]})
     head = (f"At {budget:,} total rollouts {best['strategy']} ({best['kind']}) gains most, "
             f"{best['gain_pp']:+.1f} points [{best['ci_low']:+.1f}, {best['ci_high']:+.1f}]")
     if not tied:
         return head + ", ahead of every other arm at this budget (Holm-adjusted)."
-    return head + f", but the data cannot tell it from {', '.join(tied)} (Holm-adjusted within the budget)."
+    seen = open_["detectable_pp"]
+    size = (f"{seen.min():.1f}" if np.isclose(seen.min(), seen.max(), atol=0.05) else f"{seen.min():.1f}-{seen.max():.1f}")
+    return head + (f", but the data cannot tell it from {', '.join(tied)} (Holm-adjusted within the budget; differences "
+                   f"of about {size} points were detectable with 80% power, smaller ones would go unseen).")
 
 
 def plot(table: pd.DataFrame, metric: str) -> Figure:
@@ -104,21 +122,23 @@ def write(study) -> dict:
     spent = arm_rollouts(study).set_index("strategy")
     tables, pairs, out = [], [], {}
     for budget, arms in groups.items():
-        t = spent.loc[arms].reset_index().assign(budget=budget, kind=[arm_kind(study.cfg, a) for a in arms])
+        t = spent.loc[arms].reset_index().assign(budget=budget, kind=[arm_kind(study.cfg, a) for a in arms],
+                                                 trained=[schedule(study, a) for a in arms])
         t = t.assign(accuracy=base + t["gain_pp"] / 100, acc_low=base + t["ci_low"] / 100, acc_high=base + t["ci_high"] / 100)
         p = contrasts(study.scores.only(arms), study.boot, study.control).assign(family=f"budget {budget}")
         tables.append(t)
         pairs.append(p)
         out[str(budget)] = {
-            "arms": {r["strategy"]: {"kind": r["kind"], "total_rollouts": _round(r["total_rollouts"]),
+            "arms": {r["strategy"]: {"kind": r["kind"], "trained": r["trained"], "total_rollouts": _round(r["total_rollouts"]),
                                      "accuracy": _round(r["accuracy"]), "gain_pp": _round(r["gain_pp"]),
                                      "ci95": [_round(r["ci_low"]), _round(r["ci_high"])]} for r in t.to_dict("records")},
             "contrasts": [{"a": r["a"], "b": r["b"], "diff_pp": _round(r["diff_pp"]),
                            "ci95": [_round(r["ci_low"]), _round(r["ci_high"])], "p_holm": _round(r["p_holm"]),
-                           "decision": r["decision"]} for r in p.to_dict("records")],
+                           "decision": r["decision"], "detectable_pp": _round(r["detectable_pp"])}
+                          for r in p.to_dict("records")],
             "verdict": verdict(budget, t, p)}
     table, pair_table = pd.concat(tables, ignore_index=True), pd.concat(pairs, ignore_index=True)
-    cols = ["budget", "strategy", "kind", "total_rollouts", "accuracy", "gain_pp", "ci_low", "ci_high"]
+    cols = ["budget", "strategy", "kind", "trained", "total_rollouts", "accuracy", "gain_pp", "ci_low", "ci_high"]
     study.write_table("budgets", f"Arms at equal total rollouts ({study.metric}; gain in points, 95% interval over "
                       f"{study.over})", table[cols].round(DIGITS))
     study.write_table("budget_contrasts", "Contrasts at equal total rollouts: gain of a minus gain of b (points), "
@@ -168,11 +188,13 @@ def target_rows(study, table: pd.DataFrame) -> tuple[dict, pd.DataFrame] | None:
     target = {"gain_pp": float(smallest["gain_pp"]), "accuracy": float(smallest["accuracy"]),
               "budget": int(smallest["budget"]), "set_by": smallest["strategy"]}
     rng, rows = np.random.default_rng([study.cfg.analyze.seed, 31]), []
+    nested = {a: i for i, g in enumerate(study.nested_arms()) for a in g}
+    noise = {i: seed_noise(rng, study.boot.n_boot) for i in set(nested.values())}
     for method, g in table.groupby("method", sort=False):
         g = g.sort_values("totals")
         totals = g["totals"].to_numpy(float)
-        gains = [draws(mean_dist(100.0 * (study.scores.at(a) - study.scores.base[:, None]), study.boot), rng)
-                 for a in g["strategy"]]
+        gains = [draws(mean_dist(100.0 * (study.scores.at(a) - study.scores.base[:, None]), study.boot), rng,
+                       noise.get(nested.get(a))) for a in g["strategy"]]
         point = float(crossing(totals, g["gain_pp"].to_numpy(float)[None, :], target["gain_pp"])[0])
         lo, hi = interval(crossing(totals, np.column_stack(gains), target["gain_pp"]), 1 - ALPHA, method="inverted_cdf")
         rows.append({"method": method, "kind": g["kind"].iloc[0], "totals": [_round(t) for t in totals],

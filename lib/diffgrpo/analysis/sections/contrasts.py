@@ -5,7 +5,7 @@ among themselves; each arm against a control): :mod:`diffgrpo.analysis.uncertain
 Writes ``contrasts.csv`` / ``contrasts.md``. Its part of ``summary.json``::
 
     {"contrasts": [{"a", "b", "diff_pp", "ci95", "p", "p_holm", "n_seeds", "excludes_zero",
-                    "significant_holm", "family", "p_mc_se", "resamples", "decision"}],
+                    "significant_holm", "family", "p_mc_se", "resamples", "decision", "detectable_pp"}],
      "holm_families": {family: {"what", "contrasts"}}}
 """
 
@@ -24,7 +24,7 @@ def _contrast(r: dict) -> dict:
             "p": _round(r["p"]), "p_holm": _round(r["p_holm"]), "n_seeds": int(r["n_seeds"]),
             "excludes_zero": bool(r["excludes_zero"]), "significant_holm": bool(r["significant_holm"]),
             "family": r["family"], "p_mc_se": _round(r["p_mc_se"]), "resamples": int(r["resamples"]),
-            "decision": r["decision"]}
+            "decision": r["decision"], "detectable_pp": _round(r["detectable_pp"])}
 
 
 def write(study) -> dict:
@@ -36,7 +36,8 @@ def write(study) -> dict:
                f"prompts and seeds; 95% interval over {study.over}; p two-sided from {study.cfg.analyze.bootstrap} prompt "
                f"resamples, more (up to {MAX_REFINE}x; column `resamples`) only where Holm's step-down compares it with a "
                "threshold its Monte Carlo error straddles (still so at the cap: undecided); decision by Holm's step-down, "
-               "p_holm adjusted within each Holm family\n\n"
+               "p_holm adjusted within each Holm family; detectable_pp: the true difference this contrast would find with "
+               "80% power at Holm's first-step threshold (the size a 'not distinguishable' could have seen)\n\n"
                f"Holm families: {family_text or 'none'}\n\n"
                + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
     return {"contrasts": [_contrast(r) for r in pairs.to_dict("records")], "holm_families": families}
