@@ -1,0 +1,190 @@
+"""Issue 37: nothing lost, nothing silent. Unit tier: nothing here trains.
+
+`python -m diffgrpo.analysis.inputs export/render/results` remove only what they recorded writing
+(``exported.json``, ``rendered.json``); ``results`` swaps a new inputs + report pair in only after
+the render succeeded. The sources are the committed inputs of docs/results/embedded/ (a study
+folder of what the report reads), so no stage runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diffgrpo.analysis import inputs
+from diffgrpo.store import artifacts, layout
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / inputs.RESULTS / "embedded"
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` and the sha256 of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def export_dir(tmp_path) -> Path:
+    """An export (the committed inputs of docs/results/embedded/), which is also a study folder."""
+    return Path(shutil.copytree(COMMITTED / "inputs", tmp_path / "export"))
+
+
+@pytest.fixture
+def study_dir(tmp_path) -> Path:
+    """An analysed study folder as a study leaves it: checkpoints, notebooks, report/params.yaml."""
+    study = tmp_path / "outputs" / "embedded"
+    for rel in ("report/params.yaml", "runs/hard-seed0/checkpoints/checkpoint-2/adapter_model.safetensors",
+                "notebooks/03_train.ipynb", "runs/hard-seed0/tensorboard/events.out"):
+        (study / rel).parent.mkdir(parents=True, exist_ok=True)
+        (study / rel).write_text(rel)
+    return study
+
+
+def test_export_with_its_arguments_swapped_removes_nothing(export_dir, study_dir):
+    before = tree(study_dir)
+    with pytest.raises(FileExistsError, match=r"notebooks/03_train.ipynb: not written by an earlier .*export.*"
+                                              r"nothing was changed"):
+        inputs.export(export_dir, study_dir)
+    assert tree(study_dir) == before
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "around"])
+def test_export_onto_its_own_study_folder_is_refused(export_dir, where):
+    before = tree(export_dir)
+    dest = {"same": export_dir, "inside": export_dir / "copy", "around": export_dir.parent}[where]
+    with pytest.raises(FileExistsError, match="name a folder of its own"):
+        inputs.export(export_dir, dest)
+    assert tree(export_dir) == before
+
+
+def test_export_again_replaces_what_it_wrote_and_refuses_anything_else(export_dir, tmp_path):
+    dest = tmp_path / "inputs"
+    sizes = inputs.export(export_dir, dest)
+    assert set(tree(dest)) == set(sizes) | {inputs.EXPORTED}
+    recorded = inputs.written_before(dest, inputs.EXPORTED)
+    assert recorded == set(sizes)
+    # a file an earlier export wrote and this one does not is removed; the rest replaced
+    artifacts.write_json(dest / inputs.EXPORTED, {"files": sorted(recorded | {"runs/retired/steps.parquet"}),
+                                                  "written_by": inputs.WRITER[inputs.EXPORTED]})
+    (dest / "runs" / "retired").mkdir()
+    (dest / "runs" / "retired" / "steps.parquet").write_text("old")
+    inputs.export(export_dir, dest)
+    assert not (dest / "runs" / "retired").exists() and set(tree(dest)) == set(sizes) | {inputs.EXPORTED}
+    # a file no export wrote: refused, named, and nothing changed
+    (dest / "select" / "notes.txt").write_text("mine")
+    before = tree(dest)
+    with pytest.raises(FileExistsError, match=r"select/notes.txt: not written by an earlier"):
+        inputs.export(export_dir, dest)
+    assert tree(dest) == before
+
+
+def test_render_into_docs_removes_nothing(export_dir, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("architecture.md", "reliability.md", "params.yaml"):
+        (docs / name).write_text(name)
+    before = tree(docs)
+    with pytest.raises(FileExistsError, match=r"docs/architecture.md: not written by an earlier .*render"):
+        inputs.render(export_dir, docs)
+    assert tree(docs) == before
+
+
+def test_publish_removes_a_retired_report_file_it_recorded_and_keeps_the_rest(tmp_path):
+    report, out = tmp_path / "report", tmp_path / "out"
+    report.mkdir()
+    (report / "table1_gain.md").write_text("new")
+    (report / "summary.json").write_text("{}")
+    assert inputs._publish(report, out) == ["summary.json", "table1_gain.md"]
+    (out / "README.md").write_text("hand-written")
+    (out / "notes.txt").write_text("mine")
+    (report / "table1_gain.md").unlink()
+    (report / "arms.md").write_text("arms")
+    inputs._publish(report, out)
+    assert sorted(tree(out)) == ["README.md", "arms.md", "notes.txt", inputs.RENDERED, "summary.json"]
+    (out / "fig_mine.png").write_bytes(b"x")
+    with pytest.raises(FileExistsError, match="fig_mine.png: not written by an earlier"):
+        inputs._publish(report, out)
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch, export_dir) -> Path:
+    """A checkout whose docs/results/embedded/ is the committed one, and an outputs root whose
+    ``embedded`` study is the committed inputs (an analysed study folder)."""
+    root = tmp_path / "checkout"
+    for d in ("lib/diffgrpo", "notebooks"):
+        (root / d).mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    shutil.copytree(COMMITTED, root / inputs.RESULTS / "embedded")
+    shutil.copytree(export_dir, tmp_path / "outputs" / "embedded")
+    artifacts.write_json(tmp_path / "outputs" / "embedded" / layout.TIMINGS, {"wall_s": 2.0})
+    monkeypatch.setenv(artifacts.PROJECT_ENV, str(root))
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tmp_path / "outputs"))
+    return root
+
+
+def _fake_render(fail: bool):
+    """A render that writes one report file into ``out``, then fails (a run extended after its
+    evaluation) or returns."""
+    def render(inputs_dir, out):
+        report = Path(inputs_dir).parents[3] / "fake-report"
+        report.mkdir(exist_ok=True)
+        (report / "table1_gain.md").write_text("today's\n")
+        names = inputs._publish(report, Path(out))
+        if fail:
+            raise ValueError("docs/results/embedded/inputs: hard-seed0's evaluation scores an earlier training")
+        return names
+    return render
+
+
+def test_a_failed_render_in_make_results_leaves_the_old_inputs_and_report(checkout, monkeypatch):
+    folder = inputs.results_dir("embedded")
+    before = tree(folder)
+    monkeypatch.setattr(inputs, "render", _fake_render(fail=True))
+    with pytest.raises(ValueError, match="scores an earlier training"):
+        inputs.results("embedded")
+    assert tree(folder) == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]  # nothing half-built left
+
+
+def test_make_results_swaps_the_pair_in_and_keeps_the_hand_written_files(checkout, monkeypatch):
+    folder = inputs.results_dir("embedded")
+    readme = (folder / "README.md").read_bytes()
+    (folder / "notes").mkdir()
+    (folder / "notes" / "mine.txt").write_text("keep")
+    monkeypatch.setattr(inputs, "render", _fake_render(fail=False))
+    sizes = inputs.results("embedded")
+    assert (folder / "README.md").read_bytes() == readme and (folder / "notes" / "mine.txt").read_text() == "keep"
+    assert (folder / "table1_gain.md").read_text() == "today's\n" and not (folder / "arms.md").exists()
+    assert inputs.written_before(folder / "inputs", inputs.EXPORTED) == set(sizes)
+    assert (folder / layout.TIMINGS).read_text().strip().endswith("}") and "2.0" in (folder / layout.TIMINGS).read_text()
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]
+
+
+def test_an_interrupted_swap_is_undone_by_the_next_make_results(checkout, monkeypatch):
+    folder = inputs.results_dir("embedded")
+    before = tree(folder)
+    folder.rename(folder.with_name(".embedded.replaced"))  # killed between the two renames
+    (folder.parent / ".embedded.building").mkdir()
+    monkeypatch.setattr(inputs, "render", _fake_render(fail=True))
+    with pytest.raises(ValueError):
+        inputs.results("embedded")
+    assert tree(folder) == before and sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]
+
+
+def test_make_results_refuses_a_committed_report_file_no_render_wrote(checkout, monkeypatch):
+    folder = inputs.results_dir("embedded")
+    (folder / "table_mine.md").write_text("mine")
+    before = tree(folder)
+    monkeypatch.setattr(inputs, "render", _fake_render(fail=False))
+    with pytest.raises(FileExistsError, match="table_mine.md: not written by an earlier"):
+        inputs.results("embedded")
+    assert tree(folder) == before
+
+
+def test_make_results_of_a_study_that_is_not_there_says_so(checkout):
+    with pytest.raises(FileNotFoundError, match=r"no analysed study 'nosuch'.*make study STUDY=nosuch.*'embedded'"):
+        inputs.results("nosuch")
