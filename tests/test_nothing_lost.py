@@ -188,3 +188,45 @@ def test_make_results_refuses_a_committed_report_file_no_render_wrote(checkout, 
 def test_make_results_of_a_study_that_is_not_there_says_so(checkout):
     with pytest.raises(FileNotFoundError, match=r"no analysed study 'nosuch'.*make study STUDY=nosuch.*'embedded'"):
         inputs.results("nosuch")
+
+
+# ---- item 4: rewards checked where they enter training ----
+
+from types import SimpleNamespace  # noqa: E402
+
+from diffgrpo import rewards  # noqa: E402
+from diffgrpo.train.records import Recorder  # noqa: E402
+
+
+class _Task:
+    def score(self, text, answer):
+        return float(text == answer)
+
+
+@pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (None, "None"),
+                                        ("1.0", "'1.0'"), ([1.0], r"\[1.0\]")])
+def test_a_reward_that_is_not_one_finite_number_per_completion_is_named_before_any_update(bad, shown):
+    name = "issue37_bad"
+
+    def plugin(prompts, completions, **kwargs):  # a plugin reward with one bad value
+        return [1.0, 0.0, bad, 1.0]
+
+    rewards.register(name)(plugin)
+    try:
+        groups: list[dict] = []
+        rec = Recorder(_Task(), group_size=2, steps=[], groups=groups, reward={name: 1.0}, rows=None)
+        with pytest.raises(rewards.RewardError, match=rf"reward 'issue37_bad' \(.*test_nothing_lost.py\) returned "
+                                                      rf"{shown} for prompt id 'p2' \(completion 2\) at step 4"):
+            rec.correct(prompts=["q"] * 4, completions=["a", "b", "a", "b"], answer=["a"] * 4,
+                        id=["p1", "p1", "p2", "p2"], tier=[0] * 4, trainer_state=SimpleNamespace(global_step=3))
+        assert groups == []  # nothing recorded, nothing for the update
+    finally:
+        rewards._REWARDS.remove(name)
+
+
+@pytest.mark.parametrize("values, match", [([1.0], "returned 1 values for 4 completions"),
+                                           (None, "returned None"), ("1010", "returned '1010'")])
+def test_a_reward_of_the_wrong_length_or_kind_is_named(values, match):
+    with pytest.raises(rewards.RewardError, match=match):
+        rewards.checked("mine", values, ["a"] * 4, ["p"] * 4)
+    assert rewards.checked("mine", [1, 0.5, True, 0], ["a"] * 4, ["p"] * 4).tolist() == [1.0, 0.5, 1.0, 0.0]
