@@ -230,3 +230,40 @@ def test_a_reward_of_the_wrong_length_or_kind_is_named(values, match):
     with pytest.raises(rewards.RewardError, match=match):
         rewards.checked("mine", values, ["a"] * 4, ["p"] * 4)
     assert rewards.checked("mine", [1, 0.5, True, 0], ["a"] * 4, ["p"] * 4).tolist() == [1.0, 0.5, 1.0, 0.0]
+
+
+# ---- item 5: the ledger cannot go stale ----
+
+from diffgrpo import params  # noqa: E402
+from diffgrpo.train import ledger  # noqa: E402
+
+
+def test_a_kept_run_s_ledger_follows_today_s_charge_probe(tmp_path, monkeypatch):
+    """charge_probe is not in the run key (run keys stay): a finished run that 03_train keeps gets its
+    probe charge recomputed from today's params and probe; its training's own cost is kept."""
+    import pandas as pd
+
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tmp_path))
+    charged = params.load("tiny", overrides={"arms": [{"name": "r", "select": "random", "charge_probe": True}]})
+    free = params.load("tiny", overrides={"arms": [{"name": "r", "select": "random"}]})
+    probe = layout.probe_dir(charged)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a", "b"], "k": [4, 4], "mean_tokens": [10.0, 20.5]}))
+    artifacts.write_json(probe / layout.MANIFEST, {"seconds": {"cpu": 7.0, "gpu": 0.0}})
+    groups = [{"rewards": [0.0, 1.0], "kept": True, "completion_tokens": 30}]
+    was = {"ledger": ledger.ledger(free, "r", groups, {"cpu": 3.0, "gpu": 0.0, "wall": 4.0})}
+    assert was["ledger"]["total_rollouts"] == 2 and ledger.refreshed(free, "r", was) is None  # already today's
+    now = ledger.refreshed(charged, "r", was)
+    assert now["probe"]["charged"] and now["probe"]["completions"] == 8 and now["total_rollouts"] == 10
+    assert now["train"] == was["ledger"]["train"] and now["total_tokens"] == 122 + 30
+    assert ledger.refreshed(charged, "r", {"status": "complete"}) is None  # before the ledger: left alone
+
+
+def test_a_run_charged_a_probe_that_is_not_there_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tmp_path))
+    cfg = params.load("tiny", overrides={"arms": [{"name": "random_charged", "select": "random", "charge_probe": True}]})
+    sel = layout.selection_file(cfg, "random_charged")
+    ledger.check_probe(cfg, "random_charged", sel)  # a selection written by hand: the ledger records `missing`
+    artifacts.write_json(layout.select_dir(cfg) / layout.MANIFEST, {"sha256": {sel.name: "0" * 64}})
+    with pytest.raises(ledger.LedgerError, match=r"prompts.parquet: arm 'random_charged' is charged the probe "
+                                                 r"\(charge_probe: true\).*01_probe.*or drop charge_probe"):
+        ledger.check_probe(cfg, "random_charged", sel)

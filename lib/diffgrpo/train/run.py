@@ -257,10 +257,14 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     reward_key = run_reward_key(arm_cfg, rows, seed)
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
+    ledger.check_probe(cfg, arm, select.selection_path(cfg, arm, seed))
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
     if done:
+        fresh = ledger.refreshed(cfg, arm, manifest)
+        if fresh is not None and devices.is_main_process():  # today's charge_probe and probe: the ledger says them
+            artifacts.write_json(folder.manifest_path, {**manifest, "ledger": fresh})
         return None
     if levels[0].name is None:  # an EPRLI run's level steps are in its key
         check_extension(cfg.train, run_dir, manifest, max_steps)
