@@ -267,3 +267,42 @@ def test_a_run_charged_a_probe_that_is_not_there_is_named(tmp_path, monkeypatch)
     with pytest.raises(ledger.LedgerError, match=r"prompts.parquet: arm 'random_charged' is charged the probe "
                                                  r"\(charge_probe: true\).*01_probe.*or drop charge_probe"):
         ledger.check_probe(cfg, "random_charged", sel)
+
+
+# ---- items 6-8: bands, budgets and arm names checked before work ----
+
+from diffgrpo.params import ParamsError  # noqa: E402
+
+
+@pytest.mark.parametrize("band, group_size", [([0, 0], 4), ([1, 1], 4), ([0.8, 1], 4), ([0.3, 0.45], 2)])
+def test_a_band_no_group_of_the_arm_s_size_can_enter_is_refused(band, group_size):
+    with pytest.raises(ParamsError, match=rf"train.online.band.*holds no mean a learnable group of train.group_size = "
+                                          rf"{group_size} can have.*widen the band"):
+        params.load("tiny", overrides={"arms": ["hard_online_band"], "train.online.band": band,
+                                       "train.group_size": group_size})
+    params.load("tiny", overrides={"arms": ["hard_online_band"], "train.online.band": [0.25, 0.25], "train.group_size": 4})
+
+
+def test_a_completion_budget_under_one_step_is_refused():
+    with pytest.raises(ParamsError, match=r"train.max_completions.*= 15 is under one step .*16 completions.*spend 16"):
+        params.load("tiny", overrides={"train.max_completions": 15})
+    with pytest.raises(ParamsError, match=r"train.max_completions.*arms\[0\] \(hard\): = 20 is under one step"):
+        params.load("tiny", overrides={"arms": [{"name": "hard", "select": "hard", "train": {"max_completions": 20,
+                                                                                          "group_size": 8}}]})
+    params.load("tiny", overrides={"train.max_completions": 16})
+
+
+@pytest.mark.parametrize("arm, differ", [({"name": "hard", "select": "easy"}, "select"),
+                                         ({"name": "hard.b960", "select": "easy"}, "select"),
+                                         ({"name": "hard_dr_grpo", "select": "easy"}, "select, train.loss_type"),
+                                         ({"name": "hard_dr_grpo", "select": "hard"}, "train.loss_type"),
+                                         ({"name": "random_reward", "select": "hard"}, "select, reward, role")])
+def test_an_arm_whose_name_says_another_arm_is_refused(arm, differ):
+    with pytest.raises(ParamsError, match=rf"its name says .* but its {differ}.* say otherwise.*rename it"):
+        params.load("tiny", overrides={"arms": [arm]})
+
+
+def test_the_arms_that_do_what_their_names_say_are_accepted():
+    params.load("tiny", overrides={"arms": ["hard_dr_grpo", "random_reward", {"name": "hard.b2", "select": "hard"},
+                                            {"name": "mine", "select": "easy"},
+                                            {"name": "hard_wide", "select": "p_hat_band", "options": {"low": 0.0, "high": 0.5}}]})
