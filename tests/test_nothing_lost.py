@@ -306,3 +306,59 @@ def test_the_arms_that_do_what_their_names_say_are_accepted():
     params.load("tiny", overrides={"arms": ["hard_dr_grpo", "random_reward", {"name": "hard.b2", "select": "hard"},
                                             {"name": "mine", "select": "easy"},
                                             {"name": "hard_wide", "select": "p_hat_band", "options": {"low": 0.0, "high": 0.5}}]})
+
+
+# ---- items 9-10: a full disk, a read-only outputs folder, a busy run: one line each, from every entry point ----
+
+import errno  # noqa: E402
+
+
+@pytest.mark.parametrize("err, says", [
+    (OSError(errno.ENOSPC, "No space left on device", "/tmp/o/run/x.parquet"), r"^disk full at /tmp/o/run/x.parquet: [\d,]+ MB free.*rerun the same command: it resumes"),
+    (RuntimeError("basic_ios::clear: iostream error"), r"^disk full at .*: [\d,]+ MB free"),
+    (RuntimeError("[Errno 28] No space left on device: '/tmp/o/eval/w'"), r"^disk full at /tmp/o/eval/w:"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/outputs"), r"^/ro/outputs: cannot be written \(a read-only file system\).*DIFFGRPO_OUTPUTS"),
+    (PermissionError(errno.EACCES, "Permission denied", "/o/t"), r"^/o/t: cannot be written \(no permission to write\)"),
+])
+def test_a_full_disk_or_an_unwritable_folder_is_one_line_with_what_to_do(err, says):
+    line = artifacts.storage_problem(err)
+    assert line is not None and "\n" not in line
+    import re
+    assert re.search(says, line), line
+    assert artifacts.storage_problem(RuntimeError("a bug")) is None and artifacts.storage_problem(OSError(errno.EIO, "x")) is None
+
+
+def _entry_points():
+    from diffgrpo.study import runner
+    from diffgrpo.train import run as train_run
+    return {"train": (train_run, "main", train_run.cli), "study": (runner, "main", runner.cli),
+            "results": (inputs, "_command", lambda argv: inputs.main(["results", "embedded"]))}
+
+
+@pytest.mark.parametrize("entry", ["train", "study", "results"])
+@pytest.mark.parametrize("err, says", [
+    (artifacts.FolderBusy("/o/t/runs/hard-seed0: another process (pid 7) is writing it; wait for it to finish or "
+                          "stop it, then rerun"), "another process (pid 7)"),
+    (OSError(errno.ENOSPC, "No space left on device", "/o/t/runs/hard-seed0"), "disk full at /o/t/runs/hard-seed0"),
+    (RuntimeError("basic_ios::clear: iostream error"), "disk full at"),
+    (PermissionError(errno.EROFS, "Read-only file system", "/o/t"), "/o/t: cannot be written"),
+])
+def test_every_entry_point_names_them_in_one_line(entry, err, says, monkeypatch, capsys):
+    module, name, cli = _entry_points()[entry]
+
+    def fails(*args, **kwargs):
+        raise err
+
+    monkeypatch.setattr(module, name, fails)
+    if entry == "results" and isinstance(err, (artifacts.FolderBusy, RuntimeError)) and not isinstance(err, OSError):
+        if isinstance(err, artifacts.FolderBusy) or artifacts.storage_problem(err) is not None:
+            pytest.skip("make results takes no run's lock and saves no checkpoint")
+    assert cli([]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and says in line
+
+
+def test_make_results_of_a_study_that_is_not_there_is_one_line(checkout, capsys):
+    assert inputs.main(["results", "nosuch"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no analysed study 'nosuch'" in line and "make study STUDY=nosuch" in line

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -364,6 +365,20 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("results", help="both, outputs/<study> into docs/results/<study>")
     b.add_argument("study")
     args = ap.parse_args(argv)
+    try:
+        return _command(args)
+    except (FileExistsError, FileNotFoundError, artifacts.ArtifactError, artifacts.OutputsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        line = artifacts.storage_problem(err)
+        if line is None:
+            raise
+        print(f"error: {line}; make results swaps nothing in before its render succeeded", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "export":
         print(describe(export(args.study_dir, args.dest)))
     elif args.command == "render":

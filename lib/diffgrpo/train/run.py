@@ -514,6 +514,31 @@ def _ledger(run: Run) -> dict:
     return ledger.ledger(run.cfg, run.arm, run.groups if run.groups is not None else run.recorder.groups, seconds)
 
 
+#: errors a run names in one line (what is wrong and what to do), not a traceback
+NAMED_ERRORS = (params.ParamsError, artifacts.FolderBusy, artifacts.OutputsError, artifacts.ArtifactError,
+                rewards.RewardError, ledger.LedgerError, resolve.ModelPathError)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` for a terminal (``python -m diffgrpo.train``): a busy run, a full disk, a
+    read-only outputs folder, a refused params value or reward is one line ``error: ...`` that
+    says what to do, not a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\nstopped; rerun the same command to resume from its last checkpoint", file=sys.stderr)
+        return 130
+    except NAMED_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:
+        line = artifacts.storage_problem(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
 def launch_command(params_file: Path, arm: str, seed: int, n_processes: int, port: int) -> list[str]:
     """The command that trains one run on ``n_processes`` processes (one GPU each):
     ``accelerate launch`` of :func:`main`, mixed precision left to the params (``train.bf16``)."""
