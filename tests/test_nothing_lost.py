@@ -203,7 +203,7 @@ class _Task:
         return float(text == answer)
 
 
-@pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (None, "None"),
+@pytest.mark.parametrize("bad, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (None, "(None|nan)"),
                                         ("1.0", "'1.0'"), ([1.0], r"\[1.0\]")])
 def test_a_reward_that_is_not_one_finite_number_per_completion_is_named_before_any_update(bad, shown):
     name = "issue37_bad"
@@ -362,3 +362,65 @@ def test_make_results_of_a_study_that_is_not_there_is_one_line(checkout, capsys)
     assert inputs.main(["results", "nosuch"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "no analysed study 'nosuch'" in line and "make study STUDY=nosuch" in line
+
+
+# ---- item 11: plugin policies and task rows named with what is wrong ----
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from diffgrpo import policies, select  # noqa: E402
+from diffgrpo.tasks import TaskError  # noqa: E402
+from diffgrpo.tasks.gsm8k import GSM8K  # noqa: E402
+
+
+@pytest.mark.parametrize("answer, shown", [("She has 3 apples.", "'She has 3 apples.'"), (None, "(None|nan)"),
+                                           ("so 3 #### three", "'so 3 #### three'"), ("#### ", "'#### '")])
+def test_a_gsm8k_row_with_a_bad_answer_names_the_file_and_the_row(tmp_path, answer, shown):
+    path = tmp_path / "gsm8k_train.jsonl"
+    rows = pd.DataFrame({"question": ["q1", "q2", "q3"], "answer": ["x #### 1", answer, "y #### 2,000"]})
+    rows.to_json(path, orient="records", lines=True)
+    with pytest.raises(TaskError, match=rf"{path}: row 2 \(counting from 1; 1 such rows\): answer {shown} does not end"):
+        GSM8K().load("train", source=str(path))
+
+
+def test_the_offline_gsm8k_copy_passes():
+    assert len(GSM8K().load("test", source="offline")) == 1319  # every real answer ends with '#### N'
+
+
+
+@pytest.fixture
+def plugin_policy():
+    """A plugin policy returning what the test sets (``returns[0]``: rows of the prompts given)."""
+    returns = []
+
+    def mine(prompts, n, rng, **kwargs):
+        return returns[0](prompts)
+
+    policies.register("issue37_policy")(mine)
+    yield returns
+    policies._POLICIES.remove("issue37_policy")
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: pd.concat([p.iloc[:3], p.iloc[[1, 2]]]), r"repeated ids \['p1', 'p2'\] \(2\)"),
+    (lambda p: pd.concat([p.iloc[:2], pd.DataFrame({"id": ["zz", "yy"], "p_hat": [0.5, 0.5]})]),
+     r"ids not in the pool \['yy', 'zz'\] \(2\)"),
+])
+def test_a_plugin_policy_s_repeated_or_foreign_ids_are_named(plugin_policy, make, says):
+    plugin_policy.append(make)
+    prompts = pd.DataFrame({"id": [f"p{i}" for i in range(6)], "p_hat": np.linspace(0, 1, 6), "tier": np.nan})
+    with pytest.raises(select.SelectionError, match=rf"policy 'issue37_policy' .*not distinct pool prompts: {says}"):
+        select.select(prompts, "issue37_policy", 3, seed=0)
+
+
+def test_a_selection_smaller_than_a_step_is_refused_at_select(plugin_policy, tmp_path, monkeypatch):
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tmp_path))
+    plugin_policy.append(lambda p: p.iloc[:3])
+    cfg = params.load("tiny", overrides={"arms": ["hard", {"name": "mine", "select": "issue37_policy"}]})
+    pool = pd.DataFrame({"id": [f"p{i}" for i in range(cfg.dataset.pool_size)], "p_hat": 0.5, "tier": 1, "k": 4,
+                         "mean_tokens": 1.0})
+    artifacts.write_parquet(layout.probe_dir(cfg) / layout.PROMPTS, pool)
+    with pytest.raises(select.SelectionError, match=rf"arm 'mine' \(policy 'issue37_policy'\) selected 3 prompts, fewer "
+                                                    rf"than one step needs \(train.prompts_per_step = {cfg.train.prompts_per_step}\)"):
+        select.run_select(cfg)
