@@ -27,7 +27,7 @@ from diffgrpo.store import artifacts, layout
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / inputs.RESULTS
-STUDIES = sorted(p.name for p in RESULTS.iterdir() if p.is_dir())
+STUDIES = sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and not p.name.startswith("."))  # not a `make results` half-built
 
 GSM8K_TEST = 1319  # the whole GSM8K test split (docs/tasks.md)
 BUCKET_0 = 396     # the test prompts of 003's released code's bucket 0 (docs/paper003_released_code.md)
@@ -140,12 +140,14 @@ def test_a_report_is_committed_and_rerendered_from_its_inputs_alone(tiny, tmp_pa
     folder.mkdir(parents=True)
     (folder / "README.md").write_text("# hand-written\n")
     (folder / "table_retired.md").write_text("a table today's analysis no longer writes\n")
+    artifacts.write_json(folder / inputs.RENDERED, {"files": ["table_retired.md"]})  # an earlier render's
     sizes = inputs.results("tiny")
     assert (folder / "README.md").read_text() == "# hand-written\n" and not (folder / "table_retired.md").exists()
     assert json.loads((folder / layout.TIMINGS).read_text()) == {"wall_s": 1.0}
 
     # the inputs: what the report reads, in the study folder's layout, and nothing else
-    kept = sorted(str(p.relative_to(folder / "inputs")) for p in (folder / "inputs").rglob("*") if p.is_file())
+    kept = sorted(str(p.relative_to(folder / "inputs")) for p in (folder / "inputs").rglob("*")
+                  if p.is_file() and p.name != inputs.EXPORTED)
     assert kept == sorted(sizes) and sum(sizes.values()) < 1 << 20, inputs.describe(sizes)
     assert not [k for k in kept if any(part in k for part in ("checkpoints", "tensorboard", "work/", "notebooks"))]
     assert {k.split("/")[0] for k in kept} == {"probe", "select", "runs", "eval", "eval-ood_swaps", "report"}
@@ -176,7 +178,7 @@ def test_a_report_without_inputs_or_with_another_model_s_probe_says_what_to_do(t
 
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep")
-    with pytest.raises(FileExistsError, match="not empty and not a study's inputs"):
+    with pytest.raises(FileExistsError, match="notes/mine.txt: not written by an earlier"):
         inputs.export(tiny, tmp_path / "notes")  # replaces an earlier export, and nothing else
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
     inputs.export(tiny, folder / "inputs")

@@ -54,3 +54,10 @@ def test_a_prompt_short_of_samples_is_named():
     bad = samples([[0, 1], [1, 1]]).iloc[:-1]
     with pytest.raises(ValueError, match="q01"):
         probe_budget.correct_matrix(bad)
+
+
+def test_the_sweep_always_ends_at_the_full_k():
+    """Issue 37: K = 3 gave rows for 1 and 2 alone."""
+    rows = [[0, 1, 1], [1, 1, 1], [0, 0, 0], [1, 0, 0]] * 3
+    sweep = probe_budget.k_sweep(samples(rows), n=4, group_size=4)
+    assert sorted(set(sweep["k"])) == [1, 2, 3] and (sweep[sweep["k"] == 3]["overlap_pct"] == 100).all()

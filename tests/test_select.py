@@ -181,7 +181,7 @@ def test_an_arm_selects_with_its_own_budget_and_records_its_name(tmp_path, monke
 
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(probe, "read_prompts", lambda cfg: pool)
-    cfg = params.load(overrides={"study": "arms", "select.budget_frac": 0.1, "arms": [
+    cfg = params.load(overrides={"study": "arms", "select.budget_frac": 0.1, "train.prompts_per_step": 7, "arms": [
         "hard", {"name": "hard_small", "select": "hard", "budget_count": 7},
         {"name": "lower", "select": "tiers", "max_tier": 2}, {"name": "wrong_m", "select": "base_wrong_matched"}]})
     select.run_select(cfg)

@@ -29,7 +29,7 @@ reward, or on an edited one or one whose helper was edited, is never taken for t
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,13 +96,58 @@ def text(completion: Any) -> str:
     return content
 
 
+class RewardError(ValueError):
+    """A reward function returned something other than one finite number per completion."""
+
+
 def combine(weights: dict[str, float], **kwargs) -> np.ndarray:
-    """The weighted sum of the named rewards (TRL's ``reward_weights``), as floats."""
+    """The weighted sum of the named rewards (TRL's ``reward_weights``), as floats; each reward's
+    values checked first (:func:`checked`), so a NaN never reaches an update."""
     total = None
     for name, w in weights.items():
-        r = w * np.asarray(get(name).fn(**kwargs), dtype=float)
+        r = w * checked(name, get(name).fn(**kwargs), kwargs.get("completions"), kwargs.get("id"), kwargs.get("run"))
         total = r if total is None else total + r
     return total
+
+
+def checked(name: str, values: Any, completions: Sequence | None, ids: Sequence | None,
+            run: RunContext | None = None) -> np.ndarray:
+    """``values`` (what reward ``name`` returned) as floats, when they are one finite real number
+    per completion; else a :class:`RewardError` naming the reward, its file, the prompt id and the
+    value (a NaN or inf reward trained nothing and was recorded complete; a string or None raised
+    a raw ``ValueError``/``TypeError`` from numpy)."""
+    where = f"reward {name!r}" + (f" ({_source(name)})" if name != VERIFIER else "")
+    step = f" at step {run.step}" if run is not None else ""
+    n = None if completions is None else len(completions)
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        raise RewardError(f"{where} returned {_short(values)}{step}: a reward returns a list of floats, one per "
+                          f"completion ({n} here); fix the reward function")
+    if n is not None and len(values) != n:
+        raise RewardError(f"{where} returned {len(values)} values for {n} completions{step}: one float per "
+                          "completion, in the order given; fix the reward function")
+    out = np.empty(len(values), dtype=float)
+    for i, v in enumerate(values):
+        out[i] = float(v) if isinstance(v, (int, float, np.integer, np.floating, np.bool_)) else np.nan
+        if not np.isfinite(out[i]):
+            prompt = f" for prompt id {ids[i]!r}" if ids is not None and i < len(ids) else ""
+            raise RewardError(f"{where} returned {_short(v)}{prompt} (completion {i}){step}: a reward is a finite "
+                              "number per completion (not NaN, inf, None or text); fix the reward function, "
+                              "nothing of this update was written")
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _source(name: str) -> str:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(get(name).fn) or "its file unknown"
+    except (TypeError, KeyError):
+        return "not registered"
 
 
 # ---- built in ---------------------------------------------------------------------------------

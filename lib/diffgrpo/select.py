@@ -85,8 +85,13 @@ def select(prompts: pd.DataFrame, policy: str, n: int | None, seed: int, *, trai
     if not isinstance(chosen, pd.DataFrame) or not {"id", "p_hat"} <= set(chosen.columns):
         raise SelectionError(f"policy {policy!r} ({pol.origin}) returned {type(chosen).__name__}, not rows of the "
                              "prompts it was given")
-    if chosen["id"].duplicated().any() or not chosen["id"].isin(prompts["id"]).all():
-        raise SelectionError(f"policy {policy!r} ({pol.origin}) returned rows that are not distinct pool prompts")
+    repeated = sorted(set(chosen["id"][chosen["id"].duplicated()]), key=str)
+    outside = sorted(set(chosen["id"][~chosen["id"].isin(prompts["id"])]), key=str)
+    if repeated or outside:
+        raise SelectionError(f"policy {policy!r} ({pol.origin}) returned rows that are not distinct pool prompts: "
+                             + "; ".join(f"{what} {ids[:10]}{' ...' if len(ids) > 10 else ''} ({len(ids)})"
+                                         for what, ids in (("repeated ids", repeated), ("ids not in the pool", outside))
+                                         if ids) + "; a policy returns rows of the prompts it was given, each once")
     if len(chosen) == 0:
         raise SelectionError(f"{policy}: selected no prompts")
     out = chosen[[c for c in ("id", "p_hat", "tier", "base_correct", "level") if c in chosen]].copy()
@@ -117,6 +122,7 @@ def run_select(cfg: Config) -> pd.DataFrame:
     for arm in cfg.arms:
         for seed in cfg.train.seeds if per_seed(arm.select) else [None]:
             sel = select_arm(cfg, prompts, arm, seed)
+            _check_fills_a_step(cfg, arm, sel)
             artifacts.write_parquet(layout.selection_file(cfg, arm.name, seed), sel)
             selections[arm.name if seed is None else layout.run_id(arm.name, seed)] = sel
     summary = summarize(selections, prompts, cfg.train.group_size)
@@ -125,6 +131,16 @@ def run_select(cfg: Config) -> pd.DataFrame:
     names = sorted(p.name for p in folder.glob("*.parquet")) + [layout.SELECTION_SUMMARY]
     artifacts.write_json(folder / layout.MANIFEST, {"sha256": artifacts.digests(folder, names)})
     return summary
+
+
+def _check_fills_a_step(cfg: Config, arm: ArmConfig, sel: pd.DataFrame) -> None:
+    """A selection smaller than one step (the arm's train.prompts_per_step) is refused here, not
+    at the train stage after every other arm's selection was written."""
+    per_step = cfg.for_arm(arm.name).train.prompts_per_step
+    if len(sel) < per_step:
+        raise SelectionError(f"arm {arm.name!r} (policy {arm.select!r}) selected {len(sel)} prompts, fewer than one step "
+                             f"needs (train.prompts_per_step = {per_step}); raise its budget, lower "
+                             "train.prompts_per_step, or fix the policy")
 
 
 def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:

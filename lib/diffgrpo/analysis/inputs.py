@@ -40,7 +40,9 @@ date, and the same versions draw the same bytes.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -53,6 +55,12 @@ COMMITTED = ("*.md", "*.png", layout.REPORT_SUMMARY, layout.PARAMS)
 #: the files of a committed report's folder that no render writes: the hand-written page, the
 #: study's seconds per notebook (the machine's), and the inputs
 NOT_RENDERED = ("README.md", layout.TIMINGS, "inputs")
+#: the record of the files an export wrote into its folder (the export removes those, and only
+#: those, when it runs again there; any other file there is a named refusal)
+EXPORTED = "exported.json"
+#: the same for a rendered report's folder: the report files the render wrote
+RENDERED = "rendered.json"
+WRITER = {EXPORTED: "python -m diffgrpo.analysis.inputs export", RENDERED: "python -m diffgrpo.analysis.inputs render"}
 #: where the committed reports live, one folder per study
 RESULTS = Path("docs") / "results"
 
@@ -110,7 +118,11 @@ def needed(cfg: Config, study_dir: Path) -> tuple[list[Path], list[Path]]:
 
 def export(study_dir: Path, dest: Path) -> dict[str, int]:
     """Copy what the report of ``study_dir`` reads (:func:`needed`) into ``dest``, in the study
-    folder's layout, replacing an earlier export there; return each file's size in bytes."""
+    folder's layout, replacing an earlier export there; return each file's size in bytes.
+
+    ``dest`` records what it wrote (:data:`EXPORTED`); a later export removes those files and no
+    other: a ``dest`` holding a file no export recorded (a study folder, arguments swapped) is
+    refused, naming the file, before anything is changed."""
     study_dir, dest = Path(study_dir), Path(dest)
     cfg = config(study_dir)
     if cfg.analyze.compare:
@@ -121,33 +133,87 @@ def export(study_dir: Path, dest: Path) -> dict[str, int]:
     if missing:
         raise FileNotFoundError(f"{study_dir / missing[0]}: the report reads it and it is not there; run the "
                                 f"{artifacts.stage_of(missing[0]) or 'stage that writes it'} stage")
-    if dest.exists():
-        _clear(dest)
+    _check_apart(study_dir, dest)
+    written = required + [p for p in optional if (study_dir / p).is_file()]
+    _clear(dest, EXPORTED, _all_files(dest), [str(p) for p in written])
     sizes = {}
-    for rel in required + [p for p in optional if (study_dir / p).is_file()]:
+    for rel in written:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(study_dir / rel, dest / rel)
         sizes[str(rel)] = (dest / rel).stat().st_size
+    _record(dest, EXPORTED, sizes)
     return dict(sorted(sizes.items()))
 
 
-def _clear(dest: Path) -> None:
-    """Remove an earlier export (a folder holding ``report/params.yaml``, or an empty one), and
-    nothing else."""
-    if any(dest.iterdir()) and not (dest / "report" / layout.PARAMS).is_file():
-        raise FileExistsError(f"{dest}: not empty and not a study's inputs (no report/{layout.PARAMS}); "
-                              "name an empty or new folder")
-    shutil.rmtree(dest)
+def _check_apart(study_dir: Path, dest: Path) -> None:
+    """An export never lands in (or around) the folder it reads: ``export outputs/x outputs/x``."""
+    src, dst = study_dir.resolve(), dest.resolve()
+    if src == dst or src in dst.parents or dst in src.parents:
+        raise FileExistsError(f"{dest}: the export's destination is {study_dir} itself or holds it/lies inside it; "
+                              "name a folder of its own (docs/results/<study>/inputs: `python -m "
+                              "diffgrpo.analysis.inputs export outputs/<study> docs/results/<study>/inputs`)")
+
+
+def _all_files(folder: Path) -> list[str]:
+    """Every file under ``folder`` (relative, sorted); none when it does not exist."""
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder}: a file, not a folder; name a folder")
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink()) \
+        if folder.exists() else []
+
+
+def written_before(folder: Path, marker: str) -> set[str]:
+    """The files an earlier export or render recorded writing in ``folder`` (its ``marker``)."""
+    path = Path(folder) / marker
+    if not path.is_file():
+        return set()
+    try:
+        return set(json.loads(path.read_text())["files"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise artifacts.ArtifactError(f"{path}: damaged ({err}); it records what an export or render wrote here, "
+                                      "so nothing here is removed: move the folder aside and run again") from None
+
+
+def _clear(folder: Path, marker: str, present: list[str], new: list[str]) -> None:
+    """Remove from ``folder`` the files its ``marker`` records an earlier run writing; any other of
+    ``present`` (the files this command would remove or overwrite) is a named refusal."""
+    ours = _clear_check(folder, marker, present)
+    _record(folder, marker, sorted(ours | set(new)))  # an interruption leaves every file here recorded
+    for name in sorted(ours - set(new)):
+        (folder / name).unlink(missing_ok=True)
+    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(d.iterdir()):
+            d.rmdir()
+
+
+def _clear_check(folder: Path, marker: str, present: list[str]) -> set[str]:
+    """The files ``folder``'s ``marker`` records; a named refusal when ``present`` holds another."""
+    ours = written_before(folder, marker)
+    foreign = [f for f in present if f not in ours and f != marker]
+    if foreign:
+        raise FileExistsError(f"{folder / foreign[0]}: not written by an earlier `{WRITER[marker]}` here (not in "
+                              f"{folder / marker}; {len(foreign)} such files), and this command would remove or "
+                              "overwrite it; nothing was changed: name an empty or new folder, or move those files away")
+    return ours
+
+
+def _record(folder: Path, marker: str, files) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    artifacts.write_json(folder / marker, {"written_by": WRITER[marker], "files": sorted(files)})
 
 
 def render(inputs: Path, out: Path) -> list[str]:
     """The report of the study folder ``inputs`` (an export), by today's analysis code, its
-    :data:`COMMITTED` files written into ``out`` (a report file there that this render does not
-    write is removed; :data:`NOT_RENDERED` files are left alone); return their names."""
+    :data:`COMMITTED` files written into ``out``; return their names. ``out`` records them
+    (:data:`RENDERED`): a report file an earlier render recorded and this one does not write is
+    removed; a report file there that no render recorded (``render <inputs> docs``) is refused,
+    naming it, before anything is written; other files are left alone."""
     from diffgrpo.analysis import report
 
-    inputs = Path(inputs)
+    inputs, out = Path(inputs), Path(out)
     cfg = config(inputs)
+    if out.is_dir():
+        _clear_check(out, RENDERED, sorted(report_files(out)))  # refused before the minutes of a render
     with tempfile.TemporaryDirectory(prefix="diffgrpo-render-") as tmp, artifacts.outputs_at(tmp):
         copy = shutil.copytree(inputs, Path(tmp) / cfg.study)
         _check_probes(cfg, inputs)
@@ -173,11 +239,10 @@ def _check_probes(cfg: Config, inputs: Path) -> None:
 
 def _publish(report_dir: Path, out: Path) -> list[str]:
     new = report_files(report_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in report_files(out) - new:
-        (out / name).unlink()
+    _clear(out, RENDERED, sorted(report_files(out)), sorted(new))
     for name in sorted(new):
         shutil.copyfile(report_dir / name, out / name)
+    _record(out, RENDERED, new)
     return sorted(new)
 
 
@@ -209,13 +274,63 @@ def _first_difference(rendered: bytes, committed: bytes) -> str:
 
 def results(study: str) -> dict[str, int]:
     """``make results``: export ``outputs/<study>/`` into ``docs/results/<study>/inputs/``, render the
-    report there from it, and copy the study's ``timings.json`` beside it; return the inputs' sizes."""
+    report there from it, and copy the study's ``timings.json`` beside it; return the inputs' sizes.
+
+    The new inputs and report are built beside the old ones (``docs/results/.<study>.building``,
+    with the old folder's other files copied in) and swapped in, folder for folder, only after the
+    render succeeded: a failed or interrupted render leaves the old pair as it was."""
     source, folder = artifacts.outputs_root() / study, results_dir(study)
-    sizes = export(source, folder / "inputs")
-    render(folder / "inputs", folder)
-    if (source / layout.TIMINGS).is_file():
-        shutil.copyfile(source / layout.TIMINGS, folder / layout.TIMINGS)
+    if not (source / "report" / layout.PARAMS).is_file():
+        raise FileNotFoundError(f"{source}: no analysed study {study!r} there (no report/{layout.PARAMS}); run "
+                                f"`make study STUDY={study}` first, or name one of "
+                                f"{sorted(p.parent.parent.name for p in source.parent.glob('*/report/' + layout.PARAMS))}")
+    building, replaced = _recover(folder)
+    if folder.exists():
+        _check_replaceable(folder)
+    try:
+        sizes = export(source, building / "inputs")
+        render(building / "inputs", building)
+        if (source / layout.TIMINGS).is_file():
+            shutil.copyfile(source / layout.TIMINGS, building / layout.TIMINGS)
+        _keep_the_rest(folder, building)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    if folder.exists():
+        folder.rename(replaced)
+    building.rename(folder)
+    shutil.rmtree(replaced, ignore_errors=True)
     return sizes
+
+
+def _recover(folder: Path) -> tuple[Path, Path]:
+    """The two folders :func:`results` swaps through, beside ``folder``: an interrupted earlier
+    swap's old report is put back, a half-built new one removed (both are :func:`results`' own)."""
+    building, replaced = (folder.with_name(f".{folder.name}.{what}") for what in ("building", "replaced"))
+    if replaced.exists() and not folder.exists():
+        replaced.rename(folder)
+    for leftover in (building, replaced):
+        shutil.rmtree(leftover, ignore_errors=True)
+    return building, replaced
+
+
+def _check_replaceable(folder: Path) -> None:
+    """Refuse, before anything is built, a committed folder whose inputs or report files hold a file
+    no export or render recorded (the swap would drop it)."""
+    _clear_check(folder / "inputs", EXPORTED, _all_files(folder / "inputs"))
+    _clear_check(folder, RENDERED, sorted(report_files(folder)))
+
+
+def _keep_the_rest(folder: Path, building: Path) -> None:
+    """Copy into the new folder what the old one holds that no export or render wrote (its README,
+    anything a user put there), so the swap loses nothing."""
+    if not folder.exists():
+        return
+    ours = written_before(folder, RENDERED) | {RENDERED, "inputs"}
+    for p in sorted(folder.iterdir()):
+        if p.name in ours or (p.name == layout.TIMINGS and (building / p.name).exists()):
+            continue
+        (shutil.copytree if p.is_dir() else shutil.copy2)(p, building / p.name)
 
 
 #: why the report reads each kind of file (what :func:`describe` says of the largest)
@@ -250,6 +365,20 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("results", help="both, outputs/<study> into docs/results/<study>")
     b.add_argument("study")
     args = ap.parse_args(argv)
+    try:
+        return _command(args)
+    except (FileExistsError, FileNotFoundError, artifacts.ArtifactError, artifacts.OutputsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        line = artifacts.storage_problem(err)
+        if line is None:
+            raise
+        print(f"error: {line}; make results swaps nothing in before its render succeeded", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "export":
         print(describe(export(args.study_dir, args.dest)))
     elif args.command == "render":

@@ -45,13 +45,14 @@ def _selections(ids: pd.Index, p_hat: np.ndarray, n: int, seed: int) -> dict[str
 
 def k_sweep(samples: pd.DataFrame, n: int, group_size: int, seed: int = 0, ks=(1, 2, 4, 8, 16)) -> pd.DataFrame:
     """One row per (K, policy): overlap with the full probe's selection, mean |p_hat_K - p_hat|
-    over the pool, predicted learnable % of the K-selection (full p_hat)."""
+    over the pool, predicted learnable % of the K-selection (full p_hat). The full K is always a
+    row (K = 3 gave 1 and 2 alone: the sweep's end, 100% overlap, was missing)."""
     ids, x = correct_matrix(samples)
     full = x.mean(axis=1)
     truth = _selections(ids, full, n, seed)
     p_of = dict(zip(ids, full))
     rows = []
-    for k in [k for k in ks if k <= x.shape[1]]:
+    for k in sorted({k for k in ks if k <= x.shape[1]} | {x.shape[1]}):
         p_k = x[:, :k].mean(axis=1)
         chosen = _selections(ids, p_k, n, seed)
         for pol in POLICIES:

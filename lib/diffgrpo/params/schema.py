@@ -743,6 +743,51 @@ def _check_arms(cfg: Config, fail) -> None:
             fail("arms", f"{where}: its train settings do not validate: {err}")
         if policy.budgeted and cfg.dataset.pool_size is not None:
             _check_budget(cfg, a, arm_cfg.train.prompts_per_step, where, fail)
+        _check_arm_does_what_it_says(a, arm_cfg.train, where, fail)
+
+
+def _check_arm_does_what_it_says(a: ArmConfig, t: TrainConfig, where: str, fail) -> None:
+    """Checks of an arm with its own train settings ``t``, before any work (issue 37): a band no
+    group can enter, a completion budget under one step, a name that says another arm."""
+    step = t.prompts_per_step * t.group_size
+    if t.max_completions is not None and t.max_completions < step:
+        fail("train.max_completions", f"{where}: = {t.max_completions} is under one step (train.prompts_per_step x "
+                                      f"train.group_size = {step} completions), and a run trains whole steps: it would "
+                                      f"spend {step}; set it to {step} or more, or null")
+    binary = set(a.reward_weights) <= {rewards.VERIFIER, "bernoulli_control"} and len(a.reward_weights) == 1
+    if t.online.method == "band" and binary and t.length_reward.weight == 0:
+        lo, hi, g = *t.online.band, t.group_size
+        if not any(lo - 1e-9 <= k / g <= hi + 1e-9 for k in range(1, g)):
+            fail("train.online.band", f"{where}: = {list(t.online.band)} holds no mean a learnable group of "
+                                      f"train.group_size = {g} can have (k/{g} for k = 1..{g - 1}, rewards 0 or 1): "
+                                      "every group would be dropped and the run make no update; widen the band")
+    base = a.name.split(".")[0]  # the report groups arms by the text before the dot
+    said = _what_the_name_says(base)
+    if said is None:
+        return
+    # a variant of the named policy (base_wrong: base_wrong_matched) or one defined by its own options
+    # (003's released code: hard = p_hat_band [0, 0.3]) is the params author's definition of that arm
+    variant = a.select.startswith(said["select"]) or bool(a.options)
+    differ = [k for k in ("select", "reward", "role", "curriculum")
+              if k in said and getattr(a, k) != said[k] and not (k == "select" and variant)]
+    differ += [f"train.{k}" for k, v in _flatten(said.get("train", {})).items() if _flatten(t.model_dump()).get(k) != v]
+    if differ:
+        fail("arms", f"{where}: its name says {said} but its {', '.join(differ)} say otherwise; reports would draw it "
+                     "as that arm: rename it (e.g. `" + a.name.split(".")[0] + "_mine`)")
+
+
+def _what_the_name_says(name: str) -> dict[str, Any] | None:
+    """The settings a policy, named arm or ``<arm>_<treatment>`` name stands for (:func:`bare_arm`),
+    or None for a name of the user's own."""
+    said = bare_arm(name)
+    return said if said.get("select") in policies.names() else None
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+    return out
 
 
 def _check_role(a: ArmConfig, where: str, fail) -> None:

@@ -149,6 +149,36 @@ class FolderBusy(RuntimeError):
     """Another live process is writing the folder."""
 
 
+#: what a write that ran out of disk raises where it is not an OSError: torch.save's C++ stream
+#: (``basic_ios::clear: iostream error``), its zip writer
+DISK_FULL_TEXT = ("iostream error", "PytorchStreamWriter failed", "No space left on device")
+
+
+def storage_problem(err: BaseException, where: str | os.PathLike | None = None) -> str | None:
+    """One line naming a full disk, a read-only or unwritable folder, with what to do, for
+    ``err`` (an OSError, or torch.save's error on a full disk); None for any other error.
+    ``where``: the folder written (the outputs root when not given)."""
+    import errno
+    import re
+    import shutil
+
+    code, filename = getattr(err, "errno", None), getattr(err, "filename", None)
+    said = re.search(r"\[Errno (\d+)\][^']*(?:'([^']*)')?", str(err))  # an OSError as text (a notebook's)
+    if code is None and said:
+        code, filename = int(said.group(1)), filename or said.group(2)
+    path = Path(filename or where or outputs_root())
+    if code == errno.ENOSPC or (code is None and any(t in str(err) for t in DISK_FULL_TEXT)):
+        probe = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+        free = shutil.disk_usage(probe).free / 2 ** 20
+        return (f"disk full at {path}: {free:,.0f} MB free; free some space (or set {OUTPUTS_ENV} to a larger disk), "
+                "then rerun the same command: it resumes from what was saved, a half-written file is not trusted")
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        why = "a read-only file system" if code == errno.EROFS else "no permission to write"
+        return (f"{path}: cannot be written ({why}); make it writable, or set {OUTPUTS_ENV} to a folder you can "
+                "write, then rerun")
+    return None
+
+
 @contextmanager
 def exclusive(folder: str | os.PathLike, wait: bool = False) -> Iterator[None]:
     """Hold the one writer's lock of ``folder`` (a training run, an evaluation, a probe).

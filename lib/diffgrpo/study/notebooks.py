@@ -119,7 +119,10 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
         if running.exists():
             _paths_relative(running, nb, failed)
             running.replace(failed)
-        raise StageFailed(f"{stage}: {err.ename}: {err.evalue}\n  the traceback is in {failed}") from None
+        from diffgrpo.store.artifacts import storage_problem
+
+        named = storage_problem(RuntimeError(err.evalue)) if err.ename in ("OSError", "RuntimeError") else None
+        raise StageFailed(f"{stage}: {named or f'{err.ename}: {err.evalue}'}\n  the traceback is in {failed}") from None
     except BaseException:
         if running.exists():
             running.replace(failed)

@@ -213,7 +213,8 @@ def run_studies(studies: Sequence[tuple[params.Config, dict]], todo: list[Notebo
         except BaseException:
             for r in record.values():
                 if r.per_job:  # what finished before the failure or the interrupt
-                    r.close(round(time.perf_counter() - t0, 1))
+                    with contextlib.suppress(OSError):  # a full disk: the failure itself is what to name
+                        r.close(round(time.perf_counter() - t0, 1))
             raise
         wall = round(time.perf_counter() - t0, 1)
         for cfg, _ in studies:
@@ -281,6 +282,12 @@ def cli(argv: list[str] | None = None) -> int:
     except (params.ParamsError, resolve.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
             artifacts.FolderBusy, slurm.SlurmError, trackers.TrackerError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:  # a full disk, a read-only outputs folder: one line, what to do
+        line = artifacts.storage_problem(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return 2
 
 

@@ -91,8 +91,13 @@ class GSM8K(NumericTask):
         if not {"question", "answer"} <= set(raw.columns):
             raise TaskError(f"{where}: gsm8k rows need columns question and answer, got {list(raw.columns)}")
         solution = raw["answer"].astype(str)
-        if not solution.str.contains("####").all():
-            raise TaskError(f"{where}: every gsm8k answer must end with '#### N'")
+        final = solution.str.rsplit("####", n=1).str[1].str.strip()
+        bad = raw["answer"].isna() | ~solution.str.contains("####") | ~final.fillna("").str.fullmatch(r"-?[\d,]*\.?\d+")
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise TaskError(f"{where}: row {i + 1} (counting from 1; {int(bad.sum())} such rows): answer "
+                            f"{_tail(raw['answer'].iloc[i])} does not end with '#### N' (N a number); every gsm8k "
+                            "answer must: fix or drop the row")
         df = pd.DataFrame(
             {
                 "id": [f"gsm8k/{split}/{i:05d}" for i in range(len(raw))],
@@ -125,3 +130,9 @@ def _offline(split: str) -> pd.DataFrame:
             "the train split needs the hub or a local file (source=<path>)"
         )
     return read_table(offline.file(*OFFLINE))
+
+
+def _tail(answer) -> str:
+    """An answer as an error shows it: its last 40 characters."""
+    text = repr(answer)
+    return text if len(text) <= 40 else "..." + text[-40:]

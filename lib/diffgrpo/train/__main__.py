@@ -1,5 +1,5 @@
 import sys
 
-from diffgrpo.train.run import main
+from diffgrpo.train.run import cli
 
-sys.exit(main())
+sys.exit(cli())

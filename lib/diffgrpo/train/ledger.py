@@ -20,6 +20,7 @@ a CPU). ``total_rollouts`` = probe completions charged + training completions ge
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,17 +41,64 @@ def charges_probe(cfg: Config, arm: str) -> bool:
     return charged_part(cfg, arm) is not None
 
 
-def charged_part(cfg: Config, arm: str) -> str | None:
+def charged_part(cfg: Config, arm: str, ignore_charge_probe: bool = False) -> str | None:
     """What of the probe ``arm``'s runs are charged: ``"all"``, ``"one_sample"`` (a policy that
-    reads only the greedy one-sample pass) or None."""
+    reads only the greedy one-sample pass) or None; ``ignore_charge_probe``: what the policy and
+    training alone decide."""
     a = cfg.arm(arm)
-    if a.charge_probe is not None:
+    if a.charge_probe is not None and not ignore_charge_probe:
         return "all" if a.charge_probe else None
     online = cfg.train.online
     if online.method == "posterior" and online.warm_start:
         return "all"
     reads = policies.get(a.select).reads_probe
     return "one_sample" if reads == "one_sample" else ("all" if reads else None)
+
+
+def refreshed(cfg: Config, arm: str, manifest: dict) -> dict | None:
+    """A finished run's ledger with its probe charge recomputed from today's params and probe
+    files (what its training generated and took is the run's own, kept), or None when it is
+    the manifest's already. ``charge_probe`` and the probe decide no number the run learns, so
+    they are not in its key: a run kept by ``03_train`` gets the ledger today's settings say
+    (else switching ``charge_probe`` kept the earlier setting's ledger, and the report's compute
+    section contradicted its budgets section)."""
+    old = manifest.get("ledger")
+    if not old or "train" not in old:
+        return None  # a run made before the ledger: the report says nothing rather than a guess
+    part = charged_part(cfg, arm)
+    probe = {"charged": part is not None, "part": part, "charge": PROBE_CHARGE,
+             **(probe_cost(cfg, part) if part else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
+    if probe == old.get("probe"):
+        return None
+    return {"probe": probe, "train": old["train"], **_totals(probe, old["train"])}
+
+
+def _totals(probe: dict, train: dict) -> dict[str, Any]:
+    unknown = probe["completions"] is None
+    tokens = None if unknown or train.get("tokens_generated") is None else probe["tokens"] + train["tokens_generated"]
+    return {"total_rollouts": None if unknown else probe["completions"] + train["completions_generated"],
+            "total_tokens": tokens}
+
+
+class LedgerError(FileNotFoundError):
+    """A run charged the probe, whose files are not there."""
+
+
+def check_probe(cfg: Config, arm: str, selection: Path) -> None:
+    """A run charged the probe that chose its selection (by the select stage: its folder's
+    manifest records it) needs that probe's files for its ledger; without them the ledger's
+    ``total_rollouts`` would be null without a word. A selection written by hand (no select
+    manifest) keeps the ledger's ``missing`` record."""
+    if charged_part(cfg, arm) is None or (layout.probe_dir(cfg) / layout.PROMPTS).exists():
+        return
+    manifest = artifacts.read_manifest(layout.select_dir(cfg) / layout.MANIFEST, "02_select") or {}
+    if selection.name not in manifest.get("sha256", {}):
+        return
+    why = "charge_probe: true" if cfg.arm(arm).charge_probe else "its policy reads the probe"
+    raise LedgerError(f"{layout.probe_dir(cfg) / layout.PROMPTS}: arm {arm!r} is charged the probe ({why}) and "
+                      "the probe is not there (deleted, or probe settings changed since the select stage), so its "
+                      "compute ledger cannot be written; run the probe stage (01_probe) and the select stage "
+                      "(02_select) again" + (", or drop charge_probe" if cfg.arm(arm).charge_probe else ""))
 
 
 def probe_cost(cfg: Config, part: str = "all") -> dict[str, Any]:
@@ -94,11 +142,7 @@ def ledger(cfg: Config, arm: str, groups: list[dict], seconds: dict[str, float])
     probe = {"charged": part is not None, "part": part, "charge": PROBE_CHARGE,
              **(probe_cost(cfg, part) if part else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
     train = {**training_cost(groups), **{f"{k}_seconds": round(v, 1) for k, v in seconds.items()}}
-    unknown = probe["completions"] is None
-    tokens = None if unknown or train["tokens_generated"] is None else probe["tokens"] + train["tokens_generated"]
-    return {"probe": probe, "train": train,
-            "total_rollouts": None if unknown else probe["completions"] + train["completions_generated"],
-            "total_tokens": tokens}
+    return {"probe": probe, "train": train, **_totals(probe, train)}
 
 
 def planned_rollouts(cfg: Config, arm: str) -> int | None:

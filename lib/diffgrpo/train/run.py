@@ -257,10 +257,14 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     reward_key = run_reward_key(arm_cfg, rows, seed)
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
+    ledger.check_probe(cfg, arm, select.selection_path(cfg, arm, seed))
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
     if done:
+        fresh = ledger.refreshed(cfg, arm, manifest)
+        if fresh is not None and devices.is_main_process():  # today's charge_probe and probe: the ledger says them
+            artifacts.write_json(folder.manifest_path, {**manifest, "ledger": fresh})
         return None
     if levels[0].name is None:  # an EPRLI run's level steps are in its key
         check_extension(cfg.train, run_dir, manifest, max_steps)
@@ -508,6 +512,31 @@ def _ledger(run: Run) -> dict:
            "gpu": wall * run.n_processes if run.cfg.model.device == "cuda" else 0.0}
     seconds = {k: run.earlier_seconds.get(k, 0.0) + v for k, v in now.items()}
     return ledger.ledger(run.cfg, run.arm, run.groups if run.groups is not None else run.recorder.groups, seconds)
+
+
+#: errors a run names in one line (what is wrong and what to do), not a traceback
+NAMED_ERRORS = (params.ParamsError, artifacts.FolderBusy, artifacts.OutputsError, artifacts.ArtifactError,
+                rewards.RewardError, ledger.LedgerError, resolve.ModelPathError)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` for a terminal (``python -m diffgrpo.train``): a busy run, a full disk, a
+    read-only outputs folder, a refused params value or reward is one line ``error: ...`` that
+    says what to do, not a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\nstopped; rerun the same command to resume from its last checkpoint", file=sys.stderr)
+        return 130
+    except NAMED_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:
+        line = artifacts.storage_problem(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
 
 
 def launch_command(params_file: Path, arm: str, seed: int, n_processes: int, port: int) -> list[str]:
