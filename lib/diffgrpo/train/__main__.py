@@ -1,5 +1,5 @@
 import sys
 
-from diffgrpo.train.run import main
+from diffgrpo.train.launch import main
 
 sys.exit(main())
