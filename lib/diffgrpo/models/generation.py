@@ -52,6 +52,16 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
+def hf_cache(device: str) -> str:
+    """The KV cache HF generation uses on ``device`` (a device type: ``cuda``, ``cpu``) in the
+    probe and the evaluation: ``static`` on cuda, where transformers compiles the decode step on
+    its first call (45-54 s) and a step of a 36-layer 4B model at batch 256 costs 38.8 ms instead
+    of 81.0 eager with a growing ``dynamic`` cache, which also let the caching allocator reserve
+    the whole card (one H200, 2026-11-27, docs/gpu.md "Measured on an H200"); ``dynamic``
+    elsewhere (the CPU path as it was)."""
+    return "static" if str(device).split(":")[0] == "cuda" else "dynamic"
+
+
 class HFGenerator:
     """Batched sampling with a transformers model (CPU or one GPU)."""
 
