@@ -197,6 +197,8 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         check_extension(cfg.train, run_dir, manifest, max_steps)
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
+    if cfg.model.device == "cuda" and not cfg.train.use_vllm:
+        devices.expandable_segments()  # TRL's HF generation: before the model reaches the card
     trackers.check(cfg)  # the tracker train.report_to names can run here; its records under the outputs root
     os.environ.update(trackers.environment(cfg))
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
