@@ -131,8 +131,9 @@ gpu-accept:
 	PYTHON=$(PYTHON) sh scripts/gpu_accept.sh $(ACCEPT_OUT)
 
 # what the GPU machines' python3 (3.12; torch, transformers, accelerate, peft, pandas there) lacks for
-# the acceptance run: cp312 / pure-Python wheels, no dependencies pulled (each is named), about 4.5 MB
-GPU_WHEELS := trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 \
+# the acceptance run: cp312 / pure-Python wheels, no dependencies pulled (each is named), about 5 MB;
+# peft 0.21.2: the machines carry 0.21.0, the project pins 0.21.2
+GPU_WHEELS := trl==1.16.0 peft==0.21.2 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 \
               pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 tabulate==0.9.0
 ## download those wheels into .wheels-gpu/ (git-ignored; carried to the GPU machine)
 gpu-accept-wheels:

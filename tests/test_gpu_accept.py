@@ -54,7 +54,8 @@ def test_the_acceptance_runs_every_step_on_a_cpu_with_tiny_shapes(tmp_path):
 
 
 def test_memory_outside_the_plans_band_or_near_the_card_fails(accept):
-    """The verdicts the GPU run prints: allocated within 0.8-1.2 of the plan's pass, reserved
+    """The verdicts the GPU run prints: allocated within 0.75-1.2 of the plan's pass (widened from 0.8
+    after the first H200 run: Qwen3-4B measured 0.82 of the plan, docs/gpu.md), reserved
     below 90% of the card; a pass that failed to run fails."""
     def data(alloc, reserved, status="ok"):
         measured = {"peak_allocated_gib": alloc, "peak_reserved_gib": reserved, "mean_pass_s": 5.0,
@@ -70,7 +71,8 @@ def test_memory_outside_the_plans_band_or_near_the_card_fails(accept):
     assert ok["pass_qwen3_4b peak allocated GiB"] == "pass" and ok["pass_qwen3_4b peak reserved GiB"] == "pass"
     assert ok["pass_qwen3_4b s a pass"].startswith("in range")
     assert results(data(37.0, 40.0))["pass_qwen3_4b peak allocated GiB"] == "FAIL"  # 1.23 x the plan
-    assert results(data(23.0, 40.0))["pass_qwen3_4b peak allocated GiB"] == "FAIL"  # 0.77 x
+    assert results(data(23.0, 40.0))["pass_qwen3_4b peak allocated GiB"] == "pass"  # 0.77 x: inside the band
+    assert results(data(22.0, 40.0))["pass_qwen3_4b peak allocated GiB"] == "FAIL"  # 0.73 x
     assert results(data(33.0, 73.0))["pass_qwen3_4b peak reserved GiB"] == "FAIL"  # 91% of the card
     assert results(data(None, None, status="failed"))["pass_qwen3_4b"] == "FAIL"
     assert results(data(None, None))["pass_qwen3_4b peak allocated GiB"] == "n/a"  # a CPU measures none

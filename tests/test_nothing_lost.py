@@ -330,8 +330,8 @@ def test_a_full_disk_or_an_unwritable_folder_is_one_line_with_what_to_do(err, sa
 
 def _entry_points():
     from diffgrpo.study import runner
-    from diffgrpo.train import run as train_run
-    return {"train": (train_run, "main", train_run.cli), "study": (runner, "main", runner.cli),
+    from diffgrpo.train import launch as train_launch
+    return {"train": (train_launch, "main", train_launch.cli), "study": (runner, "main", runner.cli),
             "results": (inputs, "_command", lambda argv: inputs.main(["results", "embedded"]))}
 
 

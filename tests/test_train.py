@@ -1027,6 +1027,28 @@ def test_levels_apart_when_vllm_generates_an_eprli_run(eprli_cfg):
     assert not train.levels_apart(eprli_cfg, "eprli")  # HF generation: one process
     vllm = eprli_cfg.replace(**{"train.use_vllm": True})
     assert train.levels_apart(vllm, "eprli") and not train.levels_apart(vllm, "hard")  # one level: nothing apart
+    # an arm that selects by level but trains one level (paper002_gpu's eprli_grpo): nothing apart (issue 39)
+    vllm = vllm.replace(arms=["hard", "eprli", "eprli_grpo"])
+    assert not train.levels_apart(vllm, "eprli_grpo") and not train.is_levels_run(vllm, "eprli_grpo")
+
+
+@pytest.mark.e2e
+def test_a_one_level_arm_asked_to_train_apart_finishes_complete(eprli_cfg):
+    """Issue 39: eprli_grpo selects by level and trains one level from train.*; asked to train its
+    levels apart (what paper002_gpu's vLLM asked of it), its run once waited for a level.json that a
+    one-level run never writes and was recorded "stopped" every time. Now it trains in process and
+    finishes "complete", its key still holding its one level's settings."""
+    cfg = eprli_cfg.replace(arms=["hard", "eprli", "eprli_grpo"])
+    artifacts.write_parquet(layout.selection_file(cfg, "eprli_grpo"),
+                            pd.read_parquet(layout.selection_file(cfg, "eprli")))
+    spec = train.resolve(cfg, "eprli_grpo", 0, apart=True)
+    assert (spec.launch, spec.levels, spec.apart) == ("in_process", (None,), False)
+    run = train.train_run(cfg, "eprli_grpo", seed=0, progress=False, apart=True)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert (manifest["status"], manifest["steps_done"]) == ("complete", 4)
+    assert "levels" not in manifest and not (run / "levels").exists()
+    assert [lv["name"] for lv in manifest["key"]["levels"]] == [None]  # the key's shape is unchanged
+    assert sorted(layout.list_checkpoints(run / "checkpoints")) == [1, 2, 3, 4]
 
 
 @pytest.mark.e2e

@@ -68,6 +68,25 @@ def device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: the caching allocator's setting for HF generation on cuda: a growing dynamic KV cache let it
+#: reserve the whole card (138.9 GiB reserved for 35.5 allocated, one GRPO step's rollouts on one
+#: H200, 2026-11-27); expandable segments grow one mapping instead of caching a block a size
+EXPANDABLE = "expandable_segments:True"
+
+
+def expandable_segments(env=os.environ) -> bool:
+    """Set ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` for HF generation on cuda, before
+    torch initialises CUDA (the allocator reads it then); a value the user set is kept, and once
+    CUDA is initialised nothing is set (too late). Not with vLLM: its sleep mode's memory pool
+    refuses expandable segments. True when the setting is in force."""
+    if "PYTORCH_CUDA_ALLOC_CONF" in env:
+        return EXPANDABLE in env["PYTORCH_CUDA_ALLOC_CONF"]
+    if torch.cuda.is_initialized():
+        return False
+    env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE
+    return True
+
+
 def num_processes() -> int:
     """Processes of this training job: ``WORLD_SIZE`` as ``accelerate launch`` / torchrun set
     it, 1 for a plain ``python`` process."""

@@ -16,7 +16,7 @@ import pandas as pd
 
 from diffgrpo import progress as progress_bars
 from diffgrpo.store import artifacts
-from diffgrpo.models import resolve, vllm_engine
+from diffgrpo.models import devices, resolve, vllm_engine
 from diffgrpo.models.generation import HFGenerator
 from diffgrpo.params import Config
 from diffgrpo.tasks import Task
@@ -93,5 +93,7 @@ def load_generator(cfg: Config, batch_size: int, adapter: Path | None = None, se
     LoRA for the base model already (the evaluation; the probe's engine has no LoRA)."""
     if cfg.generation.backend == "vllm":
         return vllm_engine.generator(cfg, adapter=adapter, serve_adapters=serve_adapters)
+    if cfg.model.device == "cuda":
+        devices.expandable_segments()  # before the model reaches the card
     model, tokenizer = resolve.load_model(cfg, adapter=adapter)
     return HFGenerator(model, tokenizer, batch_size=batch_size, chat_template_kwargs=cfg.model.chat_template_kwargs)

@@ -1,5 +1,5 @@
 import sys
 
-from diffgrpo.train.run import cli
+from diffgrpo.train.launch import cli
 
 sys.exit(cli())

@@ -147,6 +147,8 @@ def grpo_kwargs(cfg: Config, seed: int, output_dir: Path, n_processes: int = 1,
         vllm_tensor_parallel_size=t.vllm_tensor_parallel_size,
         dataloader_num_workers=0,
     )
+    if cfg.model.device == "cuda" and not t.use_vllm:  # HF generation on a GPU: a static cache (TRL's own option;
+        fixed["cache_implementation"] = "static"  # TRL 1.16 passes disable_compile=True, so it runs uncompiled)
     return {**fixed, **t.trl}  # checked at load: GRPOConfig fields, none derived from diffgrpo's keys
 
 

@@ -34,6 +34,15 @@ class Level:
         return dataclasses.asdict(self)
 
 
+def is_levels_run(cfg: Config, arm: str | None) -> bool:
+    """Whether ``arm``'s runs train several levels one after the other (``curriculum: levels``,
+    paper 002's ``eprli``): the one answer to "is this a levels run" (its levels are named, each
+    keeps a ``level.json``, and with vLLM each may train in a process of its own). An arm that
+    only *selects* by level (``eprli_grpo``, ``eprli_dynamic``: ``select: levels``) trains one
+    level from ``train.*``."""
+    return arm is not None and cfg.arm(arm).curriculum == "levels"
+
+
 def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = None) -> list[Level]:
     """The run's levels: ``eprli.levels`` for an arm with ``curriculum: levels`` (each level's
     completion budget is its share of steps times ``train.max_completions``), else one level
@@ -42,7 +51,7 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
     ``train.epochs``)."""
     t = cfg.train
     rounds = t.dynamic_sampling.max_rounds
-    if arm is not None and cfg.arm(arm).curriculum == "levels":
+    if is_levels_run(cfg, arm):
         return [Level(lv.name, lv.steps, lv.buffer_size, lv.group_size, lv.max_completion_length, lv.epsilon,
                       lv.epsilon_high, rounds if lv.dynamic_sampling else None, lv.length_reward_weight,
                       None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))

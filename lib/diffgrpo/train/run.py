@@ -3,6 +3,9 @@ GRPOTrainer and PEFT; resume it where it stopped, skip it when finished.
 
     train_run(cfg, "hard", seed=0)  ->  outputs/<study>/runs/hard-seed0/
 
+How a run is launched (in this process, its levels apart, accelerate): :mod:`.launch`; this
+module trains it in the process it is given (:func:`train_here`).
+
 One update = ``prompts_per_step`` prompts x ``group_size`` completions, sampled fresh from the
 current policy; with ``num_iterations`` = mu > 1 one generated batch feeds mu updates. Files
 in the run folder: ``params.yaml``, ``trl_config.json``, ``manifest.json`` (model, task,
@@ -21,7 +24,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
@@ -42,7 +44,7 @@ from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.store.run_folder import RunFolder
 from diffgrpo.models import resolve, devices
-from diffgrpo import params, rewards, select
+from diffgrpo import rewards, select
 from diffgrpo.train import ledger
 from diffgrpo.train import levels as eprli
 from diffgrpo.models.generation import check_fit, context_length, encode_prompt
@@ -109,50 +111,11 @@ def run_reward_key(arm, rows: pd.DataFrame, seed: int) -> dict | None:
     return {"weights": weights, "rewards": {n: rewards.get(n).run_key(rows, seed) for n in weights}}
 
 
-def levels_apart(cfg: Config, arm: str) -> bool:
-    """Whether an arm's runs train each EPRLI level in a process of its own: when vLLM
-    generates (``train.use_vllm``). A level's trainer starts a colocated vLLM engine, and a
-    second engine beside the first (which sleeps in vLLM's allocator) is what freeing an engine
-    in-process cannot be trusted to survive; a process of its own frees the card by exiting. The
-    HF path keeps one process: nothing outlives a level there, and a level's start costs a model
-    load. The run resumes level by level from ``level.json`` either way (:func:`train_level`)."""
-    return cfg.arm(arm).select == "levels" and cfg.for_arm(arm).train.use_vllm
-
-
-def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force: bool = False,
-              level: int | None = None, apart: bool | None = None) -> Path:
-    """Train one (arm, seed) run (``arm``: the arm's name); resume it if interrupted, skip it
-    if finished. Returns its folder. One writer at a time: a second process training the same
-    run is refused. The arm's own training settings apply (:meth:`Config.for_arm`).
-
-    An EPRLI run's levels train each in a process of its own when ``apart`` (default:
-    :func:`levels_apart`): this process holds the lock, starts ``python -m diffgrpo.train ...
-    --level i`` (or its ``accelerate launch``) for each level not finished yet, and writes the
-    manifest. ``level``: train that level alone (the started process; the lock is its parent's)."""
-    launched = cfg.for_arm(arm).train.num_processes
-    apart = levels_apart(cfg, arm) if apart is None else apart and cfg.arm(arm).select == "levels"
-    if level is None and apart and devices.num_processes() == 1:
-        run_dir = layout.run_dir(cfg.for_arm(arm), arm, seed)
-        with artifacts.exclusive(run_dir):
-            return _train_levels_apart(cfg, arm, seed, run_dir, launched, progress=progress, force=force)
-    if level is None and devices.num_processes() == 1 and launched > 1:  # the study's 03_train job: start the processes
-        return launch_run(cfg, arm, seed, launched, force=force)
-    cfg = cfg.for_arm(arm)
-    run_dir = layout.run_dir(cfg, arm, seed)
-    if devices.num_processes() != launched:
-        raise ValueError(f"run {layout.run_id(arm, seed)}: launched with {devices.num_processes()} processes, but "
-                         f"train.num_processes = {launched} (it is part of the run's key): set train.num_processes "
-                         f"to {devices.num_processes()} (--set train.num_processes={devices.num_processes()}), or let "
-                         "the study start the processes")
-    if level is not None or not devices.is_main_process():  # a level's process, or under a launcher: the parent,
-        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force, only=level)  # or main, holds the lock
-    with artifacts.exclusive(run_dir):
-        return _train_run(cfg, arm, seed, run_dir, progress=progress, force=force)
-
-
-def _train_run(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool,
+def train_here(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool,
                only: int | None = None) -> Path:
-    """A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
+    """Train the run in this process (``cfg``: the arm's; the caller holds the run's lock, or is
+    a launcher's process whose parent or main process does: :mod:`diffgrpo.train.launch`).
+    A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
     finished), :func:`train_level` for each level (the whole run, or paper 002's EPRLI levels one
     after the other), :func:`finish` (the manifest that records it). ``only``: the levels before
     it are finished (their records are read), it alone trains, and the parent process finishes."""
@@ -167,42 +130,6 @@ def _train_run(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: boo
     if only is None:
         finish(run)
     return run_dir
-
-
-def _train_levels_apart(cfg: Config, arm: str, seed: int, run_dir: Path, n_processes: int, *, progress: bool,
-                        force: bool) -> Path:
-    """:func:`_train_run` with each unfinished level trained by a process of its own
-    (:func:`level_command`); this one reads what each wrote (its ``level.json``, the manifest's
-    resumes) and writes the run's manifest. A level that stopped early (no record) stops the run."""
-    run = prepare(cfg.for_arm(arm), arm, seed, run_dir, progress=progress, force=force)
-    if run is None:
-        return run_dir
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="diffgrpo-level-") as tmp:
-        params_file = Path(tmp) / layout.PARAMS
-        params_file.write_text(params.dump(cfg))
-        for i, lv in enumerate(run.levels):
-            if run.folder.read_level_record(i, lv.name) is None:
-                cmd = level_command(params_file, arm, seed, i, n_processes, progress)
-                stream_command(cmd, f"run {layout.run_id(arm, seed)} level {i + 1} ({lv.name})")
-                manifest = artifacts.read_manifest(run.folder.manifest_path, "03_train") or {}
-                run.resumed_from = manifest.get("resumed_from", run.resumed_from)
-                if run.folder.read_level_record(i, lv.name) is None:  # stopped early: the run stops here
-                    run.offset = manifest.get("steps_done", run.offset)
-                    break
-            train_level(run, i, lv)  # a finished level: its record, steps and adapter
-    finish(run)
-    return run_dir
-
-
-def level_command(params_file: Path, arm: str, seed: int, level: int, n_processes: int, progress: bool) -> list[str]:
-    """The command that trains level ``level`` (counting from 0) of an EPRLI run: ``python -m
-    diffgrpo.train ... --level`` on one process, its ``accelerate launch`` on several."""
-    tail = ["--level", str(level)] + ([] if progress else ["--no-progress"])
-    if n_processes > 1:
-        return launch_command(params_file, arm, seed, n_processes, devices.free_port()) + tail
-    return [sys.executable, "-m", "diffgrpo.train", str(params_file), "--arm", arm, "--seed", str(seed)] + tail
 
 
 @dataclasses.dataclass
@@ -237,6 +164,8 @@ class Run:
 
     @property
     def is_eprli(self) -> bool:
+        """A levels run (:func:`diffgrpo.train.levels.is_levels_run`): only such a run's
+        levels have names (:func:`~diffgrpo.train.levels.run_levels`)."""
         return self.levels[0].name is not None
 
     def write_manifest(self, status: str, steps_done: int, extra: dict | None = None) -> None:
@@ -255,6 +184,8 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     max_steps = cfg.run_steps(arm, len(rows))  # train.max_steps, or train.epochs passes over these rows
     levels = eprli.run_levels(cfg, arm, len(rows))
     reward_key = run_reward_key(arm_cfg, rows, seed)
+    # the levels' settings are in the key of every arm that selects by level, a one-level one
+    # (eprli_grpo) too: the key's shape since paper 002, kept so that no run's key changes
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
     ledger.check_probe(cfg, arm, select.selection_path(cfg, arm, seed))
@@ -266,10 +197,12 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         if fresh is not None and devices.is_main_process():  # today's charge_probe and probe: the ledger says them
             artifacts.write_json(folder.manifest_path, {**manifest, "ledger": fresh})
         return None
-    if levels[0].name is None:  # an EPRLI run's level steps are in its key
+    if not eprli.is_levels_run(cfg, arm):  # a levels run's level steps are in its key
         check_extension(cfg.train, run_dir, manifest, max_steps)
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
+    if cfg.model.device == "cuda" and not cfg.train.use_vllm:
+        devices.expandable_segments()  # TRL's HF generation: before the model reaches the card
     trackers.check(cfg)  # the tracker train.report_to names can run here; its records under the outputs root
     os.environ.update(trackers.environment(cfg))
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
@@ -301,7 +234,7 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
 def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
     """Train level ``i`` (the whole run, or one EPRLI level) from its newest usable checkpoint,
     through TRL's trainer; False when the run stops here (a callback stopped the level early)."""
-    one = lv.name is None
+    one = not run.is_eprli  # the whole run in one level
     ckpt_dir = run.folder.level_checkpoints(i, lv.name)
     record = None if one else run.folder.read_level_record(i, lv.name)
     if record is not None:  # a level an interrupted run finished
@@ -375,7 +308,7 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
     """TRL's trainer of level ``i``, on the level's prompts, with the run's callbacks (rows,
     budget, checkpoint tidying, progress bar); the LoRA adapter fresh, or the previous level's.
     Writes the effective GRPOConfig and LoRA config (``trl_config.json``)."""
-    cfg, one = run.cfg, lv.name is None
+    cfg, one = run.cfg, not run.is_eprli
     level_rows = run.rows if one else run.rows[run.rows["level"] == lv.name]
     if len(level_rows) < lv.prompts_per_step:
         raise ValueError(f"eprli level {lv.name!r}: {len(level_rows)} prompts, fewer than its buffer_size "
@@ -512,118 +445,3 @@ def _ledger(run: Run) -> dict:
            "gpu": wall * run.n_processes if run.cfg.model.device == "cuda" else 0.0}
     seconds = {k: run.earlier_seconds.get(k, 0.0) + v for k, v in now.items()}
     return ledger.ledger(run.cfg, run.arm, run.groups if run.groups is not None else run.recorder.groups, seconds)
-
-
-#: errors a run names in one line (what is wrong and what to do), not a traceback
-NAMED_ERRORS = (params.ParamsError, artifacts.FolderBusy, artifacts.OutputsError, artifacts.ArtifactError,
-                rewards.RewardError, ledger.LedgerError, resolve.ModelPathError)
-
-
-def cli(argv: list[str] | None = None) -> int:
-    """:func:`main` for a terminal (``python -m diffgrpo.train``): a busy run, a full disk, a
-    read-only outputs folder, a refused params value or reward is one line ``error: ...`` that
-    says what to do, not a traceback."""
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        print("\nstopped; rerun the same command to resume from its last checkpoint", file=sys.stderr)
-        return 130
-    except NAMED_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (OSError, RuntimeError) as err:
-        line = artifacts.storage_problem(err)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
-
-
-def launch_command(params_file: Path, arm: str, seed: int, n_processes: int, port: int) -> list[str]:
-    """The command that trains one run on ``n_processes`` processes (one GPU each):
-    ``accelerate launch`` of :func:`main`, mixed precision left to the params (``train.bf16``)."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n_processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", str(port), "-m", "diffgrpo.train", str(params_file),
-            "--arm", arm, "--seed", str(seed)]
-
-
-def launch_run(cfg: Config, arm: str, seed: int, n_processes: int, *, force: bool = False) -> Path:
-    """Train one run on ``train.num_processes`` processes: :func:`launch_command` with the
-    study's params (written to a temporary file), in the GPUs this process may use
-    (``CUDA_VISIBLE_DEVICES``, which the study runner sets per job); its output is printed
-    as it comes (:func:`stream_command`). Returns the run's folder, as :func:`train_run` does."""
-    import tempfile
-
-    run_dir = layout.run_dir(cfg.for_arm(arm), arm, seed)
-    if force and run_dir.exists():
-        with artifacts.exclusive(run_dir):
-            shutil.rmtree(run_dir)
-    port = devices.free_port()  # several launched runs may share a node
-    with tempfile.TemporaryDirectory(prefix="diffgrpo-launch-") as tmp:
-        params_file = Path(tmp) / layout.PARAMS
-        params_file.write_text(params.dump(cfg))
-        stream_command(launch_command(params_file, arm, seed, n_processes, port),
-                       f"run {layout.run_id(arm, seed)} on {n_processes} processes")
-    return run_dir
-
-
-def stream_command(cmd: list[str], what: str) -> None:
-    """Run ``cmd``, printing its output (stdout and stderr together) line by line as it comes, so
-    that a run of hours shows its progress in the notebook; an error names its last error line."""
-    import collections
-    import subprocess
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    tail: collections.deque[str] = collections.deque(maxlen=200)
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        tail.append(line)
-    if proc.wait() != 0:
-        errors = [ln for ln in tail if "Error" in ln or "error:" in ln]
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}): "
-                           f"{errors[-1].strip() if errors else 'see its output above'}\n  command: {' '.join(cmd)}")
-
-
-def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:
-    """Every (arm, seed) run of the study (or those of ``arm`` and/or ``seed``), one after the
-    other in this process (the study runner trains ``workers`` runs at once, one notebook
-    each: diffgrpo.study.executors); run id -> folder."""
-    planned = layout.planned_runs(cfg, arm, seed)
-    return {layout.run_id(s, sd): train_run(cfg, s, sd, progress=progress) for s, sd in planned}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """One run from the command line; on several GPUs (what ``train.num_processes: 4`` starts by
-    itself, :func:`launch_run`):
-
-        accelerate launch --multi_gpu --num_processes 4 -m diffgrpo.train paper003_gsm8k_qwen3_4b --arm hard --seed 0 \
-            --set train.num_processes=4
-
-    Each process trains on its share of every update (diffgrpo.models.devices.batching); the main
-    process writes the run's files. The study's 03_train stage then finds the run finished
-    (with the same train.num_processes: it is part of the run's key)."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m diffgrpo.train", description=main.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("params_file", help="a file in params/ (name or path)")
-    ap.add_argument("--arm", required=True, help="an arm of the params file's `arms`")
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a parameter, e.g. train.max_steps=20 (repeatable)")
-    ap.add_argument("--force", action="store_true", help="start the run over")
-    ap.add_argument("--level", type=int, default=None, help=argparse.SUPPRESS)  # one EPRLI level (train_run's own)
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = ap.parse_args(argv)
-    if args.force and devices.num_processes() > 1:
-        raise SystemExit("--force with several processes would race to delete the run: start it over "
-                         "with one process first, or remove the run folder")
-    cfg = params.load(args.params_file, overrides=params.parse_overrides(args.overrides))
-    run_dir = train_run(cfg, args.arm, args.seed, progress=devices.is_main_process() and not args.no_progress,
-                        force=args.force, level=args.level)
-    if devices.is_main_process():
-        print(f"run: {run_dir}")
-    return 0
-
-

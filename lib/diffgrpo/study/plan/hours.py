@@ -17,21 +17,42 @@ from __future__ import annotations
 
 import math
 
+from diffgrpo.models.generation import hf_cache
 from diffgrpo.params import Config
 from diffgrpo.study.plan.memory import vllm_kv_sequences
 from diffgrpo.study.plan.shapes import DTYPE_BYTES, GPU, ModelShape
 from diffgrpo.study.plan.work import TrainWork
 
-#: (low, high) ranges behind every time, docs/gpu.md says where each comes from
+#: (low, high) ranges behind every time, docs/gpu.md says where each comes from. "Measured on an
+#: H200": one NVIDIA H200 141 GB (driver 580.159.04, torch 2.11.0+cu130, transformers 5.17.0, peft
+#: 0.21.2, trl 1.16.0), 2026-11-27, `make gpu-accept` (scripts/gpu_accept.py) and its generation
+#: diagnostic (ms a decode step at batch 256, prompt 256: (t(72 new) - t(8 new)) / 64, after a
+#: warm-up), at Qwen3-4B's and Llama-3.1-8B's shapes built from the shipped config.json, random weights
 THROUGHPUT = {
     # fraction of the memory-bandwidth roofline a decode step reaches
     "vllm_decode_bw": (0.35, 0.7),
     "hf_decode_bw": (0.25, 0.5),
-    # eager PyTorch launches every kernel of every layer from Python each step: ms a layer a step
-    "hf_step_overhead_ms_per_layer": (0.1, 0.3),
-    # fraction of bf16 peak in prefill and in training's forward and backward (model FLOPs utilisation)
-    "prefill_mfu": (0.3, 0.6),
-    "train_mfu": (0.2, 0.45),
+    # HF generate, eager with a dynamic cache: ms a layer a decode step of kernel launches from Python,
+    # whatever the batch (launch-bound). Measured on the H200: Qwen3-4B's 36 layers at 68.6 ms a step
+    # (PEFT LoRA r32, batch 256), 81.0 (bare), 127 (the acceptance's model: LoRA + TRL's fused head,
+    # batch 64) and 117 (256 x 512 new tokens, one GRPO step's rollouts), less the bandwidth term (5-16 ms):
+    # 1.65-3.5 ms a layer. Before
+    # issue 39: 0.1-0.3, an assumption that made HF generation 3-11x optimistic
+    "hf_step_overhead_ms_per_layer": (1.65, 3.5),
+    # the same with a static cache, its decode step compiled (cache_implementation="static": what the
+    # probe and evaluation use on cuda, diffgrpo.models.generation.hf_cache): 38.8 ms a step on the H200
+    # at batch 256 (bare Qwen3-4B shape), less the bandwidth term (8-16 ms there): 0.6-1.1 ms a layer
+    "hf_static_step_overhead_ms_per_layer": (0.6, 1.1),
+    # s the static cache's first call costs (torch.compile of the decode step), once a model a process:
+    # 45-54 s on the H200 (the diagnostic's first call at batch 256)
+    "hf_static_compile_s": (45.0, 60.0),
+    # fraction of bf16 peak in prefill (a no-grad forward): measured on the H200 over 64 x 768 tokens,
+    # 0.26 (Qwen3-4B, 1.512 s) and 0.53 (Llama-3.1-8B, 1.41 s); before: 0.3-0.6, assumed
+    "prefill_mfu": (0.26, 0.53),
+    # fraction of bf16 peak in training's forward and backward (model FLOPs utilisation): measured on
+    # the H200, one pass of 64 x 768 tokens, LoRA r32, checkpointing, bf16: 0.27 (Qwen3-4B, 4.375 s)
+    # and 0.39 (Llama-3.1-8B, 5.755 s); before: 0.2-0.45, assumed
+    "train_mfu": (0.27, 0.39),
     # sequences vLLM decodes at once (EngineArgs.max_num_seqs default in the probe and evaluation)
     "vllm_max_num_seqs": (256, 256),
     # s to build a vLLM engine (weights, profiling, CUDA graphs), once per probe / evaluation / training process
@@ -46,12 +67,21 @@ THROUGHPUT = {
     "longest_completion_fraction": (0.75, 1.0),
 }
 
+#: TRL left-pads an update's prompts, so its attention mask holds zeros and SDPA leaves the flash
+#: kernel: a training pass takes 6.3% longer. Measured on the H200 (2026-11-27, the issue-39 extra
+#: measurement beside `make gpu-accept`): Qwen3-4B's pass of 64 x 768 tokens, 4.384 s with an all-ones
+#: mask, 4.660 s with up to 128 tokens of left padding a row (the memory's side: plan.memory, padding)
+PADDED_PASS_TIME = 1.063
+
 
 def decode_seconds(cfg: Config, shape: ModelShape, gpu: GPU, sequences: int, prompt: int, cap: int, backend: str,
-                   batch: int, end: int, share: float | None = None) -> float:
+                   batch: int, end: int, share: float | None = None, cache: str = "dynamic") -> float:
     """Seconds to generate ``sequences`` completions (cap ``cap`` tokens) at ``end`` 0 (low) or 1
     (high). vLLM keeps ``batch`` sequences in flight, or fewer when its share of the GPU
-    (``share``, default ``generation.vllm_gpu_memory_utilization``) holds the KV cache of fewer."""
+    (``share``, default ``generation.vllm_gpu_memory_utilization``) holds the KV cache of fewer.
+    HF: a decode step reads the weights and the batch's KV cache (the bandwidth term) and pays a
+    per-layer launch overhead measured on the card: eager with a ``dynamic`` cache, or a
+    ``static`` one compiled (:data:`THROUGHPUT`)."""
     if sequences <= 0:
         return 0.0
     wbytes = DTYPE_BYTES[cfg.model.dtype]
@@ -72,8 +102,12 @@ def decode_seconds(cfg: Config, shape: ModelShape, gpu: GPU, sequences: int, pro
     steps = math.ceil(sequences / b) * THROUGHPUT["longest_completion_fraction"][end] * cap  # a padded batch runs to its longest
     step_bytes = weights + b * (prompt + cap / 2) * kv
     step = (step_bytes / (gpu.bandwidth_tbs * 1e12 * THROUGHPUT["hf_decode_bw"][1 - end])
-            + shape.layers * THROUGHPUT["hf_step_overhead_ms_per_layer"][end] / 1e3)
+            + shape.layers * THROUGHPUT[_overhead_key(cache)][end] / 1e3)
     return prefill + steps * step
+
+
+def _overhead_key(cache: str) -> str:
+    return "hf_static_step_overhead_ms_per_layer" if cache == "static" else "hf_step_overhead_ms_per_layer"
 
 
 def train_flops_per_token(cfg: Config) -> tuple[int, int]:
@@ -101,13 +135,16 @@ def compute_seconds(shape: ModelShape, gpu: GPU, token_units: float, end: int) -
 
 def train_seconds(cfg: Config, shape: ModelShape, gpu: GPU, w: TrainWork, prompt: int, end: int) -> float:
     """Seconds of one level of a run: the forward and backward passes over every row padded to the
-    update's longest completion, the no-grad forwards over every generated row, TRL's generation
-    of every completion, and with vLLM its engine's start and each step's weight sync."""
+    update's longest completion (left-padded prompts: :data:`PADDED_PASS_TIME`), the no-grad
+    forwards over every generated row, TRL's generation of every completion (HF: eager, TRL 1.16
+    generates with ``disable_compile=True``), and with vLLM its engine's start and each step's
+    weight sync."""
     t = cfg.train
     row = prompt + THROUGHPUT["longest_completion_fraction"][end] * w.completion  # TRL pads each row to the longest
     steps = w.steps if w.max_completions is None else min(w.steps, math.ceil(w.completions / w.generation_batch))
     trained, scored = train_flops_per_token(cfg)
     compute = compute_seconds(shape, gpu, (steps * w.generation_batch * trained + w.completions * scored) * row, end)
+    compute *= PADDED_PASS_TIME  # TRL's left-padded prompts: SDPA with a mask
     backend = "vllm" if t.use_vllm else "hf"
     batch = w.generation_batch
     share = t.vllm_gpu_memory_utilization if t.vllm_mode == "colocate" else None
@@ -123,11 +160,13 @@ def generation_batch(cfg: Config, hf_batch: int) -> int:
 
 def start_seconds(cfg: Config, end: int, models: int, shape: ModelShape | None = None) -> float:
     """Seconds spent loading: a vLLM engine once per process (adapters per request), or with HF
-    the base model (and a merge) for every model evaluated."""
+    the base model (and a merge) for every model evaluated, and on cuda the static cache's
+    compilation once a model (:data:`THROUGHPUT` ``hf_static_compile_s``)."""
     if cfg.generation.backend == "vllm":
         return THROUGHPUT["vllm_engine_start_s"][end]
+    compile_s = models * THROUGHPUT["hf_static_compile_s"][end] if hf_cache(cfg.model.device) == "static" else 0.0
     if shape is None:
-        return 0.0
+        return compile_s
     gb = shape.params * DTYPE_BYTES[cfg.model.dtype] / 1e9
-    return models * gb / THROUGHPUT["load_gbs"][1 - end]
+    return compile_s + models * gb / THROUGHPUT["load_gbs"][1 - end]
 

@@ -15,11 +15,27 @@ Memory of one training pass (TRL 1.16 GRPO + PEFT LoRA; the terms are :class:`Tr
   of 4,096 tokens x 32,768 vocabulary entries and keeps the scored hidden states plus a float32
   gradient of them. The tokens x vocab x (2 + 4) bytes of a bf16 logits tensor and its float32
   log-softmax, what older TRL held, are shown beside it (``logits_naive_gib``) for comparison;
+- left padding: TRL left-pads an update's prompts, and with a padding mask transformers' SDPA
+  path repeats a GQA model's k and v to every query head (``repeat_kv``; with no mask it passes
+  ``enable_gqa`` instead), which autograd keeps: 2 x 2 x (q_dim - kv_dim) bytes a token more for
+  the layer recomputed and the one whose backward runs (0 for a model without GQA). Measured on
+  one H200 (2026-11-27, the issue-39 extra measurement beside ``make gpu-accept``), Qwen3-4B's
+  pass of 64 x 768 tokens: 28.37 GiB all-ones mask, 29.53 left-padded (+1.16 GiB, +4.1%); this
+  term gives +1.13 GiB;
 - colocated vLLM: ``train.vllm_gpu_memory_utilization`` of the GPU, held through the training
   pass unless ``train.trl.vllm_enable_sleep_mode`` (TRL sleeps vLLM at level 2: weights and KV
   cache freed);
 - merged-LoRA copies: with HF generation and ``train.merge_lora_for_generation`` every
   targeted weight is copied while generating (:func:`diffgrpo.train.merged_lora`).
+
+How close, measured on the H200 (2026-11-27, ``make gpu-accept``, all-ones masks, so without the
+padding term): Qwen3-4B's pass 28.37 GiB against 34.75 planned (0.82), Llama-3.1-8B's 51.23
+against 50.91 (1.01). The plan stays the upper figure and the acceptance's band is 0.75-1.2 of it:
+each saved-activation term above was re-derived from transformers 5.17, PEFT 0.21 and TRL 1.16's
+code and none is Qwen3-specific enough to explain 6.4 GiB; the likeliest is the backward's
+transient gradients, planned as one layer's activations (7.96 GiB for Qwen3-4B at that shape),
+which held for Llama but not for Qwen3. The acceptance's second edition records autograd's saved
+bytes a layer on the GPU to settle it (docs/gpu.md).
 
 Generation memory: weights plus the KV cache of the batch (2 x layers x kv_dim x dtype bytes a
 token) at the batch size HF runs (``sampling.batch_size``; in training the process's whole
@@ -63,6 +79,7 @@ class TrainMemory:
     activations_ckpt_gib: float
     logits_gib: float  # TRL 1.16's fused LM head
     logits_naive_gib: float  # tokens x vocab in bf16 + its float32 log-softmax (older TRL), for comparison
+    padding_gib: float  # left-padded prompts: SDPA's k and v repeated to every query head (GQA)
     vllm_gib: float  # colocated vLLM's share held during the pass
     train_pass_gib: float
     generation_gib: float  # TRL's generation of the whole batch (HF or colocated vLLM)
@@ -91,10 +108,12 @@ def train_memory(cfg: Config, shape: ModelShape, w: TrainWork, gpu: GPU, prompt:
     tile = min(scored, LM_HEAD_TILE[0]) * min(shape.vocab, LM_HEAD_TILE[1]) * act
     logits = scored * shape.hidden * (act + 4) + 2 * tile
     naive = w.completions_per_pass * w.completion * shape.vocab * (2 + 4)
+    held_layers = (1 if t.gradient_checkpointing else shape.layers) + 1  # the saved layers, and the one in backward
+    padding = held_layers * tokens * 2 * act * (shape.q_dim - shape.kv_dim)  # k and v repeated to the query heads
     colocate = t.use_vllm and t.vllm_mode == "colocate"
     share = t.vllm_gpu_memory_utilization * gpu.memory_gib * GIB if colocate else 0.0
     held = 0.0 if not colocate or t.trl.get("vllm_enable_sleep_mode", False) else share
-    train_pass = weights + lora + acts + logits + held
+    train_pass = weights + lora + acts + logits + padding + held
     kv = merged = 0.0
     if t.use_vllm:
         generation = weights + lora + (share if colocate else 0.0)
@@ -105,8 +124,8 @@ def train_memory(cfg: Config, shape: ModelShape, w: TrainWork, gpu: GPU, prompt:
     max_len = t.trl.get("vllm_max_model_length") or shape.max_positions
     need = weights + max_len * shape.kv_bytes_per_token(wbytes) if colocate else 0.0
     g = lambda b: round(b / GIB, 2)  # noqa: E731
-    return TrainMemory(g(weights), g(lora), g(acts), g(no_ckpt), g(ckpt), g(logits), g(naive), g(held), g(train_pass),
-                       g(generation), g(kv), g(merged), g(need), g(share))
+    return TrainMemory(g(weights), g(lora), g(acts), g(no_ckpt), g(ckpt), g(logits), g(naive), g(padding), g(held),
+                       g(train_pass), g(generation), g(kv), g(merged), g(need), g(share))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from diffgrpo.models.generation import hf_cache
 from diffgrpo.params import Config, ParamsError
 from diffgrpo.store import layout
 from diffgrpo.study.plan.hours import decode_seconds, generation_batch, start_seconds, train_seconds
@@ -36,7 +37,8 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             completions = n * (p.k + (1 if p.one_sample else 0)) + n_test * p.k
             mem = generation_memory(cfg, shape, gpu, p.sampling.batch_size, prompt, p.sampling.max_new_tokens, False)
             times = [decode_seconds(cfg, shape, gpu, completions, prompt, p.sampling.max_new_tokens,
-                                     cfg.generation.backend, generation_batch(cfg, p.sampling.batch_size), e) for e in (0, 1)]
+                                     cfg.generation.backend, generation_batch(cfg, p.sampling.batch_size), e,
+                                     cache=hf_cache(cfg.model.device)) for e in (0, 1)]
             times = [x + start_seconds(cfg, e, 1) for e, x in enumerate(times)]
             row.update(prompts=n + n_test, completions=completions,
                        tokens_generated=completions * p.sampling.max_new_tokens,
@@ -50,7 +52,8 @@ def plan(cfg: Config, jobs) -> pd.DataFrame:
             times = []
             for e in (0, 1):
                 x = sum(decode_seconds(cfg, shape, gpu, n * c, prompt, m, cfg.generation.backend,
-                                        generation_batch(cfg, batch), e) for _, n, c, m in work) * models
+                                        generation_batch(cfg, batch), e, cache=hf_cache(cfg.model.device))
+                        for _, n, c, m in work) * models
                 times.append(x + start_seconds(cfg, e, models, shape))
             prompts = sum(n for _, n, _, _ in work)
             comps = sum(n * c for _, n, c, _ in work)
@@ -189,7 +192,7 @@ def render(cfg: Config, df) -> str:
     work_cols = [c for c in ("job", "prompts", "completions", "tokens_generated", "tokens_trained", "per_pass",
                              "accumulation", "hours_low", "hours_high") if c in df]
     mem_cols = [c for c in ("job", "pass", "weights_gib", "lora_gib", "activations_ckpt_gib", "activations_no_ckpt_gib",
-                            "logits_gib", "logits_naive_gib", "vllm_gib", "merged_gib", "kv_gib", "train_pass_gib",
+                            "logits_gib", "logits_naive_gib", "padding_gib", "vllm_gib", "merged_gib", "kv_gib", "train_pass_gib",
                             "generation_gib", "vllm_kv_need_gib", "vllm_share_gib") if c in df]
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 40):
         work = df[work_cols].astype(object).fillna("").to_string(index=False)
