@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,7 @@ from diffgrpo.progress import bar
 #: the grid of docs/statistics.md (issue 35): seeds, the seed sd (points), the per-run flip rate, test prompts
 SEEDS, SEED_SD, FLIPS, PROMPTS = (2, 3, 4, 8, 16), (0.0, 0.5, 2.0, 5.0), (0.005, 0.02, 0.05), (300, 1000)
 BASE_ACC, ARM_ACC, EFFECT_PP = 0.55, 0.62, 4.0
+KEYS = ["seeds", "seed_sd_pp", "flip", "prompts", "n_sims"]  # a cell's identity in the table
 
 
 def noise_weight(flip: float, acc: float) -> float:
@@ -101,24 +103,32 @@ def mc_se(rate: float, n_sims: int) -> float:
     return float(np.sqrt(rate * (1 - rate) / n_sims))
 
 
-def grid(n_sims: int = 1000, seeds=SEEDS, seed_sd=SEED_SD, flips=FLIPS, prompts=PROMPTS, **kw) -> pd.DataFrame:
+def grid(n_sims: int = 1000, seeds=SEEDS, seed_sd=SEED_SD, flips=FLIPS, prompts=PROMPTS, out: str | None = None,
+         **kw) -> pd.DataFrame:
+    """Every cell of the grid; with ``out`` (a CSV), each cell is appended as it finishes and the
+    cells already there (at this ``n_sims``) are read back, so an interrupted grid resumes."""
     cells = list(itertools.product(seeds, seed_sd, flips, prompts))
-    rows, shown = [], bar(len(cells), "calibration cells", unit="cell")
+    done = pd.read_csv(out) if out and Path(out).exists() else pd.DataFrame(columns=KEYS)
+    have = set(map(tuple, done[KEYS].itertuples(index=False)))
+    shown = bar(len(cells), "calibration cells", unit="cell", initial=0)
     for s, sd, f, n in cells:
-        rows += cell(s, sd, f, n, n_sims, **kw)
+        if (s, sd, f, n, n_sims) not in have:
+            rows = pd.DataFrame(cell(s, sd, f, n, n_sims, **kw))
+            if out:
+                rows.to_csv(out, mode="a", header=not Path(out).exists(), index=False)
+            done = pd.concat([done, rows], ignore_index=True) if len(done) else rows
         shown.update(1)
     shown.close()
-    return pd.DataFrame(rows)
+    key = lambda df: df[KEYS[:-1]].apply(tuple, axis=1).isin(cells) & (df["n_sims"] == n_sims)  # noqa: E731
+    return done[key(done)].reset_index(drop=True)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=1000, help="simulated studies a cell (default 1000)")
-    ap.add_argument("--out", help="also write the table as CSV here")
+    ap.add_argument("--out", help="also write the table as CSV here, a cell at a time (a rerun resumes it)")
     args = ap.parse_args(argv)
-    table = grid(args.sims)
-    if args.out:
-        table.to_csv(args.out, index=False)
+    table = grid(args.sims, out=args.out)
     print(f"Monte Carlo standard error at 95%: {100 * mc_se(0.95, args.sims):.2f} points; at 5%: "
           f"{100 * mc_se(0.05, args.sims):.2f}")
     print(table.round(4).to_markdown(index=False))
