@@ -36,6 +36,7 @@ from diffgrpo.tasks import splits
 from diffgrpo.store import artifacts, layout, trackers
 from diffgrpo.params import cluster
 from diffgrpo.models import resolve
+from diffgrpo.analysis import power
 from diffgrpo.study import executors, plan, slurm
 from diffgrpo import params
 from diffgrpo.study.executors import Executor, NotebookJob
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plan or cfg.model.device == "cuda" else None
     if args.plan:  # offline: no model, no data, no outputs folder
         print(plan.render(cfg, table), flush=True)
+        print("\n".join(["", *power.plan_lines(cfg)]), flush=True)
         plan.check(cfg, table)
         return 0
     plan.check(cfg, table)  # a cuda study that does not fit its GPU stops here, before any notebook

@@ -1,0 +1,137 @@
+"""How large a difference a study can see: the minimum detectable difference of each Holm family,
+before the study runs (``python -m diffgrpo.study <params> --plan``) and beside each "not
+distinguishable" of a report (``detectable_pp``, :meth:`diffgrpo.analysis.uncertainty.MeanDist.detectable`).
+
+A contrast's mean difference over n test prompts and S seeds varies as
+
+    sigma_prompt^2 / n + sigma_seed^2 / S + sigma_resid^2 / (n S)
+
+(points^2; the same two-way decomposition the intervals use): sigma_prompt^2 the prompts' own
+spread of the two arms' difference, sigma_seed^2 the seed's effect on it, sigma_resid^2 each run's
+per-prompt noise. The plan takes the three from a committed study of the same task and model
+(``docs/results/<study>/inputs/``, the median over its contrasts among the verifier's arms; the
+study is named), else from :data:`ASSUMED` (stated). The detectable difference at power 80% is
+(t_{1 - alpha / (2 m)} + t_{0.80}) x the mean's standard error, with m the family's size (Holm's
+first, strictest step: later steps resolve less) and Satterthwaite's degrees of freedom.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from diffgrpo import params
+from diffgrpo.analysis.uncertainty import ALPHA, POWER, satterthwaite
+from diffgrpo.params import Config
+from diffgrpo.store import artifacts, layout
+
+#: the components assumed where no committed study shares the task and model (points^2): two arms'
+#: greedy answers differ on about 10% of prompts (0.1 x 100^2), a seed moves an arm's mean by a sd of
+#: 2 points (a difference: 2 x 4), and a run's answer flips on about 5% of prompts (2 x 0.05 x 100^2)
+ASSUMED = {"prompt": 1000.0, "seed": 8.0, "resid": 1000.0}
+
+
+def components(diff: np.ndarray) -> dict[str, float]:
+    """The three variance components (points^2) of a prompts x seeds matrix of differences, from
+    the two-way mean squares (each at least 0)."""
+    x = np.asarray(diff, float)
+    n, s = x.shape
+    est, rows, cols = x.mean(), x.mean(axis=1), x.mean(axis=0)
+    ms_rows = s * ((rows - est) ** 2).sum() / (n - 1)
+    if s == 1:
+        return {"prompt": float(ms_rows), "seed": 0.0, "resid": 0.0}
+    ms_cols = n * ((cols - est) ** 2).sum() / (s - 1)
+    ms_resid = ((x - rows[:, None] - cols[None, :] + est) ** 2).sum() / ((n - 1) * (s - 1))
+    return {"prompt": max(0.0, (ms_rows - ms_resid) / s), "seed": max(0.0, (ms_cols - ms_resid) / n),
+            "resid": float(ms_resid)}
+
+
+def detectable(comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
+               power: float = POWER) -> float:
+    """The smallest true difference (points) a contrast of this design finds with ``power`` at
+    Holm's first step over ``m`` contrasts."""
+    v_prompt = comp["prompt"] / n_prompts
+    v_seed = comp["seed"] / n_seeds + comp["resid"] / (n_prompts * n_seeds)
+    df = satterthwaite(v_prompt, n_prompts - 1, v_seed, n_seeds - 1) if n_seeds > 1 else n_prompts - 1
+    return float((special.stdtrit(df, 1 - alpha / (2 * m)) + special.stdtrit(df, power)) * np.sqrt(v_prompt + v_seed))
+
+
+def committed_components(inputs: Path) -> tuple[dict[str, float], int]:
+    """The median components over a committed study's contrasts among its verifier arms (seeds
+    both ran, at least two), and how many contrasts they come from."""
+    from diffgrpo.analysis.report import Scores, control_arms, find_runs
+
+    cfg = params.load(Path(inputs) / "report" / layout.PARAMS, defaults=False)
+    complete, _ = find_runs(Path(inputs))
+    runs = pd.DataFrame([{"strategy": m["strategy"], "seed": int(m["seed"])} for m in complete])
+    scores = Scores(Path(inputs), runs, cfg.analyze.metric)
+    arms = sorted(set(runs["strategy"]) - set(control_arms(cfg)))
+    found = []
+    for a, b in itertools.combinations(arms, 2):
+        common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
+        if len(common) >= 2:
+            found.append(components(100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))))
+    if not found:
+        raise ValueError(f"{inputs}: no two verifier arms share two seeds: no variance components to take")
+    return {k: float(np.median([c[k] for c in found])) for k in ("prompt", "seed", "resid")}, len(found)
+
+
+def _identity(cfg: Config) -> tuple[str, str]:
+    return cfg.dataset.task, cfg.model.name
+
+
+def matching_study(cfg: Config) -> Path | None:
+    """The committed study (``docs/results/<study>/inputs``) of the same task, model and metric as
+    ``cfg``: the study itself where it is committed, else the one with the most runs; or None."""
+    root = artifacts.checkout_root() / "docs" / "results"
+    found = {}
+    for p in sorted(root.glob(f"*/inputs/report/{layout.PARAMS}")):
+        other = params.load(p, defaults=False)
+        if _identity(other) == _identity(cfg) and other.analyze.metric == cfg.analyze.metric:
+            found[p.parents[2].name] = (p.parents[1], len(list((p.parents[1] / "runs").glob("*/manifest.json"))))
+    if cfg.study in found:
+        return found[cfg.study][0]
+    return max(found.values(), key=lambda v: v[1])[0] if found else None
+
+
+def families(cfg: Config) -> dict[str, int]:
+    """Each Holm family the report will form, and its size: the pairs of verifier arms, each arm
+    against a control, and the arms at each equal total-rollout budget."""
+    from diffgrpo.train.ledger import planned_rollouts
+
+    control = {a.name for a in cfg.arms if a.role == "control"}
+    real = [a.name for a in cfg.arms if a.name not in control]
+    out = {"arms": len(real) * (len(real) - 1) // 2}
+    if control:
+        out["control"] = len(real) * len(control) + len(control) * (len(control) - 1) // 2
+    budgets: dict[int, int] = {}
+    for a in cfg.arms:
+        total = planned_rollouts(cfg, a.name)
+        if total is not None:
+            budgets[total] = budgets.get(total, 0) + 1
+    out.update({f"budget {b}": k * (k - 1) // 2 for b, k in sorted(budgets.items()) if k >= 2})
+    return {f: m for f, m in out.items() if m > 0}
+
+
+def plan_lines(cfg: Config) -> list[str]:
+    """What ``--plan`` prints: the detectable difference per Holm family for this study's seeds and
+    test prompts, and where the variance components come from."""
+    n, s = cfg.dataset.test_size, len(cfg.train.seeds)
+    if not n:
+        return ["detectable differences: dataset.test_size is the whole split; set it to plan them"]
+    source = matching_study(cfg)
+    if source is not None:
+        comp, k = committed_components(source)
+        where = (f"variance components of the committed study {source.parent.name!r} (same task, model and metric; median "
+                 f"over its {k} contrasts)")
+    else:
+        comp, where = ASSUMED, "assumed variance components (no committed study of this task and model; diffgrpo.analysis.power.ASSUMED)"
+    sds = ", ".join(f"{k} sd {np.sqrt(v):.1f}" for k, v in comp.items())
+    lines = [f"detectable differences (80% power, Holm's first step, {n} test prompts x {s} seed(s)), from the {where}: "
+             f"{sds} points"]
+    lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m):.1f} points" for family, m in families(cfg).items()]
+    return lines
