@@ -16,7 +16,7 @@ VLLM_STAMP := $(VENV_VLLM)/.installed-$(shell cksum requirements-gpu.txt | cut -
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study results test test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
+.PHONY: study results test test-times test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
         vllm-env test-vllm
 
 setup: $(STAMP)
@@ -50,11 +50,15 @@ results: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider
+	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --dist loadgroup
+
+## make test with each tier's seconds and the 30 slowest tests printed at the end (tests/conftest.py)
+test-times: $(STAMP)
+	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --dist loadgroup
 
 ## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider -n 2 --dist loadgroup
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)

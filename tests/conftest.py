@@ -27,10 +27,18 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """The stage notebooks nbval runs (tests/notebooks/) are `e2e` tests: `make test` runs them,
-    `make test-unit` leaves them out."""
+    `make test-unit` leaves them out.
+
+    Under pytest-xdist (`make test` runs two workers, `-n 2 --dist loadgroup`) each test file is one
+    group, so a module's fixtures (a tiny study trained once, read by every test of the file) are
+    built on one worker only, and the stage notebooks form one group run in order: each reads the
+    files the one before it wrote. Every worker has its own outputs folder (above)."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.xdist_group("stage-notebooks"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def executed_notebooks(study_root, cfg) -> list:
@@ -92,3 +100,33 @@ def tensorboard_scalars(logdir) -> dict[str, dict[int, float]]:
     acc = EventAccumulator(str(logdir))
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def _tier(keywords) -> str:
+    return next((t for t in ("e2e", "download", "slow", "cluster", "lab") if t in keywords), "unit")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """``make test-times`` (DIFFGRPO_TEST_TIMES=1): each tier's seconds (setup, call and teardown of
+    its tests, summed over the workers) and the 30 slowest tests, so the next addition shows its cost."""
+    if not os.environ.get("DIFFGRPO_TEST_TIMES"):
+        return
+    seconds: dict[str, float] = {}
+    tiers: dict[str, str] = {}
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) in ("setup", "call", "teardown"):
+                seconds[r.nodeid] = seconds.get(r.nodeid, 0.0) + r.duration
+                tiers.setdefault(r.nodeid, _tier(r.keywords))
+    totals: dict[str, list] = {}
+    for node, s in seconds.items():
+        t = totals.setdefault(tiers[node], [0, 0.0])
+        t[0], t[1] = t[0] + 1, t[1] + s
+    write = terminalreporter.write_line
+    write("")
+    write("test seconds by tier (summed over workers; wall time is about the sum over the workers' count):")
+    for tier, (n, s) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        write(f"  {tier:9s} {n:5d} tests {s:8.1f} s")
+    write("the 30 slowest tests (setup + call + teardown):")
+    for node, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:30]:
+        write(f"  {s:7.1f} s  {tiers[node]:8s} {node}")
