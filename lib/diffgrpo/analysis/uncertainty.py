@@ -166,7 +166,7 @@ class SeedPart:
         x, w = _LEGENDRE
         scales, weights = [], []
         if above > 0:
-            q = special.chdtri(df, 1 - (x + 1) / 2 * above)  # the chi2's quantiles
+            q = np.maximum(special.chdtri(df, 1 - (x + 1) / 2 * above), 1e-300)  # the chi2's quantiles (> 0)
             scales.append(np.sqrt(self.spread / (self.n_seeds * q)))
             weights.append(w / 2 * above)
         if above < 1:
