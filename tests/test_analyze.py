@@ -1081,3 +1081,26 @@ def test_the_result_in_words_gives_the_equal_budget_verdict_and_the_leads_over_c
     text = in_words({**summary, "budgets_verdict": None, "checkpoint_contrasts": leads})
     assert "At equal total rollouts" not in text
     assert text.endswith("- hard is ahead of easy from checkpoint 20 on (+4.0 [+1.0, +7.0] points there)")
+
+
+def test_figures_over_rollouts_draw_one_line_per_method_with_its_own_colour_and_kind():
+    """Issue 38's figure: 14 arms (7 methods at 2 budgets) were 14 unconnected points whose colours
+    repeated; now one line per method, no colour reused, the kind by line style, points dodged."""
+    from matplotlib.colors import to_hex
+
+    from diffgrpo.analysis.sections import compute
+
+    kinds = ["offline"] * 3 + ["no probe"] + ["online"] * 3
+    methods = [f"m{i}" for i in range(7)] + ["easy", "hard", "middle", "random"]  # 11 names: past C0-C9
+    kinds += ["offline"] * 4
+    arms = pd.DataFrame([{"strategy": f"{m}.b{b}", "kind": k, "total_rollouts": float(b), "gain_pp": 1.0 + i,
+                          "ci_low": 0.0 + i, "ci_high": 2.0 + i}
+                         for i, (m, k) in enumerate(zip(methods, kinds)) for b in (960, 1920)])
+    ax = compute.plot(arms).axes[0]
+    lines = [c.lines[0] for c in ax.containers]
+    assert len(lines) == len(methods)
+    assert len({to_hex(ln.get_color()) for ln in lines}) == len(methods)  # none reused
+    assert {ln.get_linestyle() for ln in lines} == {"-", "--", ":"}
+    xs = [tuple(ln.get_xdata()) for ln in lines]
+    assert len({x[0] for x in xs}) == len(methods)  # dodged: no two methods at one x
+    assert all(len(x) == 2 for x in xs)  # a line joins each method's two budgets

@@ -15,9 +15,33 @@ from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, ARM_ORDER, 
 from diffgrpo.analysis.uncertainty import fit_line
 
 def _colors(arms: Iterable[str]) -> dict[str, str]:
-    """One color per arm, the same in every figure: 003's four first, the base grey."""
+    """One color per arm (or method), the same in every figure: 003's four first, the base grey;
+    past matplotlib's ten (C0-C9), seaborn's husl hues, so no two names of one figure share a colour."""
+    import seaborn as sns
+
     others = [s for s in arm_order(arms) if s not in (layout.BASE_RUN, *ARM_ORDER)]
-    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" for i, s in enumerate([*ARM_ORDER, *others])}
+    names = [*ARM_ORDER, *others]
+    extra = sns.color_palette("husl", max(len(names) - 10, 0)).as_hex()
+    return {layout.BASE_RUN: "grey"} | {s: f"C{i}" if i < 10 else extra[i - 10] for i, s in enumerate(names)}
+
+
+#: line style and marker of an arm's kind in the figures over total rollouts (diffgrpo.train.ledger.arm_kind)
+KIND_STYLE = {"offline": ("-", "o"), "no probe": ("--", "s"), "online": (":", "^")}
+
+
+def method_lines(ax, table: pd.DataFrame, x: str, y: str, lo: str, hi: str, method_of) -> None:
+    """One line per method across its budgets (arms ``<method>.<label>``; column ``kind``): a colour
+    per method, none reused; offline, no-probe and online told apart by line style and marker; the
+    points of the methods dodged along x (a few percent apart) so that intervals do not hide each other."""
+    t = table.assign(method=table["strategy"].map(method_of)).dropna(subset=[x])
+    methods = list(dict.fromkeys(t["method"]))
+    colors = _colors(methods)
+    for i, (method, g) in enumerate(t.groupby("method", sort=False)):
+        g = g.sort_values(x)
+        dodge = 1 + 0.015 * (i - (len(methods) - 1) / 2)
+        style, marker = KIND_STYLE.get(g["kind"].iloc[0], ("-", "o"))
+        ax.errorbar(g[x] * dodge, g[y], yerr=[g[y] - g[lo], g[hi] - g[y]], color=colors[method], linestyle=style,
+                    marker=marker, capsize=3, label=f"{method} ({g['kind'].iloc[0]})")
 
 
 

@@ -138,3 +138,7 @@ def wide_markdown(long: pd.DataFrame) -> str:
     table = markdown(wide[arm_order(long["strategy"])].reset_index().fillna(""))
     return table + (f"\n{'; '.join(legend)}.\n" if legend else "")
 
+
+def method_of(arm: str) -> str:
+    """An arm ``<method>.<label>``'s method (``hard.b960`` -> ``hard``); an arm without a label is its own."""
+    return arm.split(".")[0]

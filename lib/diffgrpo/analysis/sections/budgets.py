@@ -45,8 +45,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from diffgrpo.analysis.figures import method_lines
 from diffgrpo.analysis.sections.compute import arm_rollouts
-from diffgrpo.analysis.tables import DIGITS
+from diffgrpo.analysis.tables import DIGITS, method_of
 from diffgrpo.analysis.uncertainty import ALPHA, _round, contrasts, draws, interval, mean_dist, seed_noise
 from diffgrpo.store.artifacts import save_figure
 from diffgrpo.train.ledger import arm_kind, planned_rollouts
@@ -77,11 +78,6 @@ def schedule(study, arm: str) -> str:
     return f"{steps} of {'/'.join(map(str, planned)) or '?'} steps ({'/'.join(lr)})"
 
 
-def method_of(arm: str) -> str:
-    """An arm ``<method>.<label>``'s method (``hard.b960`` -> ``hard``); an arm without a label is its own."""
-    return arm.split(".")[0]
-
-
 def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
     """One sentence: the arm with the largest gain at this budget, and whether the data separate it."""
     best = table.sort_values("gain_pp", ascending=False).iloc[0]
@@ -99,14 +95,12 @@ def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
 
 
 def plot(table: pd.DataFrame, metric: str) -> Figure:
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for method, g in table.assign(method=table["strategy"].map(method_of)).groupby("method", sort=False):
-        g = g.sort_values("total_rollouts")
-        ax.errorbar(g["total_rollouts"], g["accuracy"], yerr=[g["accuracy"] - g["acc_low"], g["acc_high"] - g["accuracy"]],
-                    marker="o", capsize=3, label=f"{method} ({g['kind'].iloc[0]})")
-    ax.set(xlabel="total rollouts (probe charged + training generated)", ylabel=f"{metric} (base + gain, 95% interval)")
-    ax.legend(fontsize=7)
+    method_lines(ax, table, "total_rollouts", "accuracy", "acc_low", "acc_high", method_of)
+    ax.set(xlabel="total rollouts (probe charged + training generated; points dodged)",
+           ylabel=f"{metric} (base + gain, 95% interval)")
+    ax.legend(fontsize=7, ncol=2)
     return fig
 
 

@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from diffgrpo.analysis.tables import DIGITS
+from diffgrpo.analysis.tables import DIGITS, method_of
 from diffgrpo.analysis.uncertainty import _round
 from diffgrpo.store.artifacts import save_figure
-from diffgrpo.train.ledger import PROBE_CHARGE
+from diffgrpo.analysis.figures import method_lines
+from diffgrpo.train.ledger import PROBE_CHARGE, arm_kind
 
 TABLES = ("compute",)
 FIGURES = ("fig_gain_vs_rollouts",)
@@ -59,14 +60,15 @@ def arm_rollouts(study) -> pd.DataFrame:
 
 
 def plot(arms: pd.DataFrame) -> Figure:
-    fig = Figure(figsize=(6, 4))
+    """Each arm's gain at its mean total rollouts: one line per method across its budgets (an arm
+    ``<method>.<label>``), its kind by line style (:func:`diffgrpo.analysis.figures.method_lines`)."""
+    fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for r in arms.dropna(subset=["total_rollouts"]).to_dict("records"):
-        ax.errorbar(r["total_rollouts"], r["gain_pp"], yerr=[[r["gain_pp"] - r["ci_low"]], [r["ci_high"] - r["gain_pp"]]],
-                    fmt="o", capsize=3, label=r["strategy"])
+    method_lines(ax, arms, "total_rollouts", "gain_pp", "ci_low", "ci_high", method_of)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xlabel="total rollouts (probe charged + training generated)", ylabel="gain (points), 95% interval")
-    ax.legend(fontsize=7)
+    ax.set(xlabel="total rollouts (probe charged + training generated; points dodged)",
+           ylabel="gain (points), 95% interval")
+    ax.legend(fontsize=7, ncol=2)
     return fig
 
 
@@ -76,7 +78,8 @@ def write(study) -> dict:
                       f"{PROBE_CHARGE}", rows.round(DIGITS))
     arms = arm_rollouts(study)
     if arms["total_rollouts"].notna().any():
-        save_figure(plot(arms), study.out / "fig_gain_vs_rollouts.png")
+        kinds = arms["strategy"].map(lambda a: arm_kind(study.cfg, a))
+        save_figure(plot(arms.assign(kind=kinds)), study.out / "fig_gain_vs_rollouts.png")
     return {"compute": {
         "probe_charge": PROBE_CHARGE,
         "runs": rows.astype(object).where(rows.notna(), None).to_dict("records"),
