@@ -31,8 +31,8 @@ from diffgrpo.tasks import splits
 TABLES = ("plateau",)
 FIGURES = ()
 
-READINGS = {-1: "the hardest tier gained less than the others: consistent with a plateau",
-            1: "the hardest tier gained more than the others: no plateau",
+READINGS = {-1: "the hardest tier gained less than the others: consistent with a plateau (unadjusted for the arms)",
+            1: "the hardest tier gained more than the others: no plateau (unadjusted for the arms)",
             0: "not distinguishable: this study cannot say whether gains plateau"}
 
 
@@ -89,5 +89,7 @@ def write(study) -> dict:
     write_text(study.out / "plateau.md", f"# Gain per tier against the base model's accuracy there (points, {study.metric}; "
                f"95% intervals over the tier's test prompts and {study.over.split(' and ')[-1]})\n\n"
                + markdown(tiers) + "\n## A plateau on the hardest tier? Gain there minus gain on the other tiers "
-               "(95% interval)\n\n" + markdown(tests))
+               f"(95% interval)\n\nEach arm's interval is unadjusted: over {len(tests)} arms, one may exclude 0 by chance "
+               f"(up to about {min(100, 5 * len(tests))}% of the time when no arm plateaus); an arm trained on prompts it "
+               "already solves (p_hat = 1) has little to gain anywhere.\n\n" + markdown(tests))
     return {"plateau": {"tiers": tiers.to_dict("records"), "tests": tests.to_dict("records")}}
