@@ -10,9 +10,16 @@ from diffgrpo import policies, params
 from diffgrpo.params import ParamsError
 from diffgrpo.store import artifacts, layout
 from diffgrpo.train import ledger
-from diffgrpo.train.online import OnlineSelection
+from diffgrpo import online
 
 IDS = [f"p{i}" for i in range(10)]
+
+
+def method(settings, seed, ids, warm=None):
+    """The registered method ``settings`` name (``none``: dynamic sampling's rule, as a run with
+    ``train.dynamic_sampling`` on and no other method keeps groups)."""
+    name = "dynamic_sampling" if settings.method == online.NONE else settings.method
+    return online.get(name)(settings, seed, ids, warm)
 
 
 def settings(**kw):
@@ -26,22 +33,22 @@ def group(step, pid, scores):
 
 
 def test_band_keeps_mixed_groups_whose_mean_lies_in_it():
-    sel = OnlineSelection(settings(method="band", band=[0.25, 0.5]), 0, IDS)
+    sel = method(settings(method="band", band=[0.25, 0.5]), 0, IDS)
     assert [sel.keep(group(1, "p0", s)) for s in ([0, 0, 0, 1], [0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1])] == \
         [True, True, False, False]
-    off = OnlineSelection(settings(method="none"), 0, IDS)  # dynamic sampling's own rule: any mixed group
+    off = method(settings(method="none"), 0, IDS)  # dynamic sampling's own rule: any mixed group
     assert off.keep(group(1, "p0", [0, 1, 1, 1])) and not off.keep(group(1, "p0", [1, 1, 1, 1]))
 
 
 def test_the_posterior_counts_every_earlier_group_and_the_probe_when_warm():
     past = [group(1, "p0", [1, 1, 0, 1]), group(2, "p0", [0, 0, 0, 0]), group(3, "p0", [1, 1, 1, 1])]
-    cold = OnlineSelection(settings(method="posterior"), 0, IDS)
+    cold = method(settings(method="posterior"), 0, IDS)
     a, b = cold.posterior(past, step=3)  # step 3's own group is not yet evidence
     assert (a[0], b[0]) == (1 + 3, 1 + 5) and (a[1], b[1]) == (1, 1)
-    warm = OnlineSelection(settings(method="posterior", warm_start=True), 0, IDS, {"p1": (2, 8)})
+    warm = method(settings(method="posterior", warm_start=True), 0, IDS, {"p1": (2, 8)})
     a, b = warm.posterior(past, step=3)
     assert (a[1], b[1]) == (1 + 2, 1 + 6)
-    decayed = OnlineSelection(settings(method="posterior", decay=0.5), 0, IDS)
+    decayed = method(settings(method="posterior", decay=0.5), 0, IDS)
     a, b = decayed.posterior(past, step=3)  # step 1's group is 1 step older than step 2's
     assert (a[0], b[0]) == (1 + 0.5 * 3, 1 + 0.5 * 1 + 4)
 
@@ -51,25 +58,25 @@ def test_thompson_sampling_prefers_prompts_near_the_target_and_replays_by_seed()
     0.5 are; the same (seed, step) draws the same prompts, another step others."""
     past = [group(1, pid, [1] * 40) for pid in IDS[:4]] + [group(1, pid, [0] * 40) for pid in IDS[4:8]]
     past += [group(1, pid, [1] * 20 + [0] * 20) for pid in IDS[8:]]
-    sel = OnlineSelection(settings(method="posterior", target=0.5), 3, IDS)
+    sel = method(settings(method="posterior", target=0.5), 3, IDS)
     chosen, skipped = sel.choose(IDS[:2], past, step=2)
     assert sorted(chosen) == ["p8", "p9"] and skipped == 0
     assert sel.choose(IDS[:2], past, step=2)[0] == chosen
-    high = OnlineSelection(settings(method="posterior", target=1.0), 3, IDS).choose(IDS[:4], past, step=2)[0]
+    high = method(settings(method="posterior", target=1.0), 3, IDS).choose(IDS[:4], past, step=2)[0]
     assert set(high) == set(IDS[:4])
-    fresh = OnlineSelection(settings(method="posterior"), 3, IDS)
+    fresh = method(settings(method="posterior"), 3, IDS)
     draws = {tuple(fresh.choose(IDS[:3], [], step=s)[0]) for s in range(1, 6)}
     assert len(draws) > 1  # with no evidence the draw varies by step
 
 
 def test_skip_zero_variance_skips_flat_prompts_and_fills_with_others():
     past = [group(1, "p0", [1, 1, 1, 1]), group(1, "p1", [0, 1, 0, 1]), group(2, "p2", [0, 0, 0, 0])]
-    never = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0), 0, IDS)
+    never = method(settings(method="skip_zero_variance", recheck=0.0), 0, IDS)
     chosen, skipped = never.choose(["p0", "p1", "p2"], past, step=3)
     assert skipped == 2 and chosen[0] == "p1" and not {"p0", "p2"} & set(chosen) and len(set(chosen)) == 3
-    always = OnlineSelection(settings(method="skip_zero_variance", recheck=1.0), 0, IDS)
+    always = method(settings(method="skip_zero_variance", recheck=1.0), 0, IDS)
     assert always.choose(["p0", "p1", "p2"], past, step=3) == (["p0", "p1", "p2"], 0)
-    window = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0, window=2), 0, IDS)
+    window = method(settings(method="skip_zero_variance", recheck=0.0, window=2), 0, IDS)
     assert window.choose(["p0", "p2"], past, step=3) == (["p0", "p2"], 0)  # one flat group is not two
     everyone_flat = [group(1, pid, [1, 1]) for pid in IDS]
     chosen, skipped = never.choose(IDS[:2], everyone_flat, step=2)  # nothing else to take: the skipped come back

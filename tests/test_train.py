@@ -956,14 +956,14 @@ def test_the_dr_grpo_treatment_builds_its_grpo_config_and_enters_the_run_key(tmp
 def test_online_posterior_trains_on_the_prompts_its_thompson_draws_choose(make_cfg):
     """train.online.method posterior: each step generates the prompts the posterior of the
     earlier steps' groups chooses (replayed from groups.parquet), not the sampler's."""
-    from diffgrpo.train.online import OnlineSelection
+    from diffgrpo import online
 
     cfg = make_cfg(max_steps=4, **{"online": {"method": "posterior"}})
     run = train.train_run(cfg, "hard", seed=0, progress=False)
     groups = pd.read_parquet(run / "groups.parquet")
     groups = groups.assign(rewards=groups["rewards"].map(list), scores=groups["scores"].map(list))
     ids = list(train.selected_rows(cfg, "hard")["id"])
-    sel = OnlineSelection(cfg.train.online, 0, ids)
+    sel = online.build(cfg.train.online, 0, ids)
     history = groups.to_dict("records")
     for step, g in groups.groupby("step"):
         assert list(g["prompt_id"]) == sel.choose(ids[:2], history, step)[0]
