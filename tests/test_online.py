@@ -10,9 +10,16 @@ from diffgrpo import policies, params
 from diffgrpo.params import ParamsError
 from diffgrpo.store import artifacts, layout
 from diffgrpo.train import ledger
-from diffgrpo.train.online import OnlineSelection
+from diffgrpo import online
 
 IDS = [f"p{i}" for i in range(10)]
+
+
+def method(settings, seed, ids, warm=None):
+    """The registered method ``settings`` name (``none``: dynamic sampling's rule, as a run with
+    ``train.dynamic_sampling`` on and no other method keeps groups)."""
+    name = "dynamic_sampling" if settings.method == online.NONE else settings.method
+    return online.get(name)(settings, seed, ids, warm)
 
 
 def settings(**kw):
@@ -26,22 +33,22 @@ def group(step, pid, scores):
 
 
 def test_band_keeps_mixed_groups_whose_mean_lies_in_it():
-    sel = OnlineSelection(settings(method="band", band=[0.25, 0.5]), 0, IDS)
+    sel = method(settings(method="band", band=[0.25, 0.5]), 0, IDS)
     assert [sel.keep(group(1, "p0", s)) for s in ([0, 0, 0, 1], [0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1])] == \
         [True, True, False, False]
-    off = OnlineSelection(settings(method="none"), 0, IDS)  # dynamic sampling's own rule: any mixed group
+    off = method(settings(method="none"), 0, IDS)  # dynamic sampling's own rule: any mixed group
     assert off.keep(group(1, "p0", [0, 1, 1, 1])) and not off.keep(group(1, "p0", [1, 1, 1, 1]))
 
 
 def test_the_posterior_counts_every_earlier_group_and_the_probe_when_warm():
     past = [group(1, "p0", [1, 1, 0, 1]), group(2, "p0", [0, 0, 0, 0]), group(3, "p0", [1, 1, 1, 1])]
-    cold = OnlineSelection(settings(method="posterior"), 0, IDS)
+    cold = method(settings(method="posterior"), 0, IDS)
     a, b = cold.posterior(past, step=3)  # step 3's own group is not yet evidence
     assert (a[0], b[0]) == (1 + 3, 1 + 5) and (a[1], b[1]) == (1, 1)
-    warm = OnlineSelection(settings(method="posterior", warm_start=True), 0, IDS, {"p1": (2, 8)})
+    warm = method(settings(method="posterior", warm_start=True), 0, IDS, {"p1": (2, 8)})
     a, b = warm.posterior(past, step=3)
     assert (a[1], b[1]) == (1 + 2, 1 + 6)
-    decayed = OnlineSelection(settings(method="posterior", decay=0.5), 0, IDS)
+    decayed = method(settings(method="posterior", decay=0.5), 0, IDS)
     a, b = decayed.posterior(past, step=3)  # step 1's group is 1 step older than step 2's
     assert (a[0], b[0]) == (1 + 0.5 * 3, 1 + 0.5 * 1 + 4)
 
@@ -51,25 +58,25 @@ def test_thompson_sampling_prefers_prompts_near_the_target_and_replays_by_seed()
     0.5 are; the same (seed, step) draws the same prompts, another step others."""
     past = [group(1, pid, [1] * 40) for pid in IDS[:4]] + [group(1, pid, [0] * 40) for pid in IDS[4:8]]
     past += [group(1, pid, [1] * 20 + [0] * 20) for pid in IDS[8:]]
-    sel = OnlineSelection(settings(method="posterior", target=0.5), 3, IDS)
+    sel = method(settings(method="posterior", target=0.5), 3, IDS)
     chosen, skipped = sel.choose(IDS[:2], past, step=2)
     assert sorted(chosen) == ["p8", "p9"] and skipped == 0
     assert sel.choose(IDS[:2], past, step=2)[0] == chosen
-    high = OnlineSelection(settings(method="posterior", target=1.0), 3, IDS).choose(IDS[:4], past, step=2)[0]
+    high = method(settings(method="posterior", target=1.0), 3, IDS).choose(IDS[:4], past, step=2)[0]
     assert set(high) == set(IDS[:4])
-    fresh = OnlineSelection(settings(method="posterior"), 3, IDS)
+    fresh = method(settings(method="posterior"), 3, IDS)
     draws = {tuple(fresh.choose(IDS[:3], [], step=s)[0]) for s in range(1, 6)}
     assert len(draws) > 1  # with no evidence the draw varies by step
 
 
 def test_skip_zero_variance_skips_flat_prompts_and_fills_with_others():
     past = [group(1, "p0", [1, 1, 1, 1]), group(1, "p1", [0, 1, 0, 1]), group(2, "p2", [0, 0, 0, 0])]
-    never = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0), 0, IDS)
+    never = method(settings(method="skip_zero_variance", recheck=0.0), 0, IDS)
     chosen, skipped = never.choose(["p0", "p1", "p2"], past, step=3)
     assert skipped == 2 and chosen[0] == "p1" and not {"p0", "p2"} & set(chosen) and len(set(chosen)) == 3
-    always = OnlineSelection(settings(method="skip_zero_variance", recheck=1.0), 0, IDS)
+    always = method(settings(method="skip_zero_variance", recheck=1.0), 0, IDS)
     assert always.choose(["p0", "p1", "p2"], past, step=3) == (["p0", "p1", "p2"], 0)
-    window = OnlineSelection(settings(method="skip_zero_variance", recheck=0.0, window=2), 0, IDS)
+    window = method(settings(method="skip_zero_variance", recheck=0.0, window=2), 0, IDS)
     assert window.choose(["p0", "p2"], past, step=3) == (["p0", "p2"], 0)  # one flat group is not two
     everyone_flat = [group(1, pid, [1, 1]) for pid in IDS]
     chosen, skipped = never.choose(IDS[:2], everyone_flat, step=2)  # nothing else to take: the skipped come back
@@ -150,3 +157,78 @@ def test_a_policy_that_reads_only_the_one_sample_pass_is_charged_that_pass_alone
     assert ledger.planned_rollouts(cfg, "hard") == 64 + pool * cfg.probe.k + pool
     with pytest.raises(policies.SelectionError, match="reads_probe must be"):
         policies.register("odd", reads_probe="p_hat")
+
+
+# ---- the registry (issue 38) --------------------------------------------------------------------
+def test_the_registry_holds_six_methods_each_declaring_settings_when_and_cost():
+    assert online.names() == ["band", "posterior", "skip_zero_variance", "dynamic_sampling", "learnability",
+                              "pilot_commit"]
+    for name in online.names():
+        m = online.get(name)
+        assert m.name == name and m.when in ("before", "after") and m.cost
+        assert issubclass(m.Settings, online.Settings)
+    assert [n for n in online.names() if online.get(n).when == "before"] == [
+        "posterior", "skip_zero_variance", "learnability", "pilot_commit"]
+
+
+def test_the_flat_block_s_defaults_are_defaults_yaml_s():
+    """The four methods of the flat block dump it whole (their run keys); its model's defaults (used
+    when a layer switches back to one of them) are defaults.yaml's."""
+    assert params.load("tiny").train.online.model_dump() == online.FlatSettings(method="none").model_dump()
+
+
+def test_a_new_method_takes_only_its_own_keys_and_the_flat_keys_below_it_are_dropped():
+    cfg = params.load("tiny", overrides={"arms": ["all_learnability", "all_pilot_commit", "all_posterior"]})
+    assert cfg.for_arm("all_learnability").train.online.model_dump() == {
+        "method": "learnability", "window": 1, "unseen": 0.5, "floor": 0.01}
+    assert cfg.for_arm("all_pilot_commit").train.online.model_dump() == {
+        "method": "pilot_commit", "pilot": 2, "candidates": None}
+    key = layout.run_key(cfg.for_arm("all_learnability"), ["x"])["train"]["online"]
+    assert key["method"] == "learnability"
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ({"train.online.method": "learnability", "train.online.band": [0.2, 0.8]}, r"unknown key `train.online.band`"),
+    ({"train.online.method": "learnability", "train.online.floor": 0.0}, r"train.online.floor.*out of range"),
+    ({"train.online.method": "learnability", "train.online.unseen": 1.5}, r"train.online.unseen.*out of range"),
+    ({"train.online.method": "pilot_commit", "train.online.pilot": 4}, r"train.online.pilot.*smaller than a group"),
+    ({"train.online.method": "pilot_commit", "train.online.pilot": 1}, r"train.online.pilot.*out of range"),
+    ({"train.online.method": "pilot_commit", "train.online.candidates": 4}, r"train.online.candidates.*more than"),
+    ({"train.online.method": "pilot_commit", "train.online.recheck": 0.5}, r"unknown key `train.online.recheck`"),
+    ({"train.online.method": "learnability", "train.num_processes": 2}, r"train.online.method.*num_processes"),
+])
+def test_bad_settings_of_the_new_methods_are_refused_by_key(overrides, says):
+    with pytest.raises(ParamsError, match=says):
+        params.load("tiny", overrides=overrides)
+
+
+def test_dynamic_sampling_as_a_method_is_the_same_run_as_its_switch():
+    as_method = params.load("tiny", overrides={"train.online.method": "dynamic_sampling"})
+    as_switch = params.load("tiny", overrides={"train.dynamic_sampling.enabled": True})
+    assert as_method.train.online.method == "none" and as_method.train.dynamic_sampling.enabled
+    assert layout.run_key(as_method, ["x"]) == layout.run_key(as_switch, ["x"])
+
+
+def test_learnability_draws_in_proportion_to_p_one_minus_p():
+    sel = method(settings(method="learnability", floor=0.001), 0, IDS)
+    past = [group(1, pid, [1, 1, 1, 1]) for pid in IDS[:4]] + [group(1, pid, [0, 0, 0, 0]) for pid in IDS[4:8]]
+    past += [group(1, "p8", [1, 0, 1, 0]), group(1, "p9", [1, 1, 1, 0])]
+    w = sel.weights(past)
+    assert w[8] > w[9] > w[0] and np.isclose(w[0], w[4]) and np.isclose(w.sum(), 1.0)
+    assert np.isclose(w[8] / w[9], (0.25 + 0.001) / (0.1875 + 0.001))
+    counts = pd.Series([p for s in range(2, 202) for p in sel.choose(IDS[:2], past, step=s)[0]]).value_counts()
+    assert set(counts.index[:2]) == {"p8", "p9"} and counts.get("p0", 0) < 20  # two of 10 drawn a step
+    assert sel.choose(IDS[:2], past, step=5) == sel.choose(IDS[:2], past, step=5)  # seeded by (seed, step)
+    unseen = sel.estimates([])
+    assert (unseen == 0.5).all()
+
+
+def test_pilot_commit_pilots_candidates_then_commits_to_the_informative():
+    sel = method(settings(method="pilot_commit", candidates=6, pilot=2), 0, IDS)
+    ids, m = sel.pilot(["p0", "p1"], [], step=3)
+    assert ids[:2] == ["p0", "p1"] and len(set(ids)) == 6 and m == 2
+    pilots = [{**group(3, pid, s), "round": 0} for pid, s in zip(ids, ([1, 1], [0, 0], [1, 0], [0, 0], [0, 1], [1, 1]))]
+    chosen, skipped = sel.choose(["p0", "p1"], pilots, step=3)
+    assert chosen == [ids[2], ids[4]] and skipped == 2
+    older = [{**g, "step": 2} for g in pilots]  # an earlier step's pilot is not this step's
+    assert sel.choose(["p0", "p1"], older, step=3) == (["p0", "p1"], 0)

@@ -124,7 +124,7 @@ def test_the_stage_modules_do_not_import_the_trainer():
 #: own layer or a lower one, never back up. The longest matching prefix places a module.
 LAYERS = [
     ("foundation", ["diffgrpo.registry", "diffgrpo.store.artifacts", "diffgrpo.progress"]),
-    ("extension points", ["diffgrpo.tasks", "diffgrpo.policies", "diffgrpo.rewards"]),
+    ("extension points", ["diffgrpo.tasks", "diffgrpo.policies", "diffgrpo.rewards", "diffgrpo.online"]),
     ("config", ["diffgrpo.params"]),
     ("models", ["diffgrpo.models"]),
     ("store", ["diffgrpo.store"]),

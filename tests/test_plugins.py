@@ -171,3 +171,50 @@ def test_an_edited_helper_beside_a_reward_plugin_retrains_the_run(tmp_path, monk
     second = artifacts.read_json(run / layout.MANIFEST)
     assert second["key"]["reward"]["source_sha256"] != first["key"]["reward"]["source_sha256"]
     assert second["status"] == "complete" and second["resumed_from"] == []
+
+
+ONLINE_PLUGIN = '''
+from diffgrpo import online
+
+
+class Settings(online.Settings):
+    every: online.PosInt = 2  # the sampler's prompts at every `every`-th position are kept
+
+
+@online.register("every_other")
+class EveryOther(online.Method):
+    """Keeps the sampler's first prompt and fills the step with the selection's first prompts."""
+    Settings = Settings
+    when = "before"
+
+    def choose(self, batch, history, step):
+        return ([batch[0]] + [p for p in self.ids if p != batch[0]])[:len(batch)], len(batch) - 1
+'''
+
+
+@pytest.mark.e2e
+def test_a_plugin_online_method_outside_the_repository_trains_a_tiny_study(tmp_path, monkeypatch):
+    """An online method is one file: its settings are validated (an unknown key refused), and the
+    tiny model trains with it."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path / "outputs"))
+    (tmp_path / "every_other.py").write_text(ONLINE_PLUGIN)
+    f = tmp_path / "study.yaml"
+    body = {"include": "tiny", "study": "online_plugin", "plugins": ["every_other.py"],
+            "arms": [{"name": "mine", "select": "random", "budget_count": 8,
+                      "train": {"online": {"method": "every_other", "every": 3}}}],
+            "train": {"max_steps": 2, "save_steps": 2}}
+    f.write_text(yaml.safe_dump(body))
+    cfg = params.load(f)
+    from diffgrpo import online
+
+    assert "every_other" in online.names() and cfg.for_arm("mine").train.online.every == 3
+    probe.run_probe(cfg, progress=False)
+    select.run_select(cfg)
+    run = train.train_run(cfg, "mine", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    assert len(groups) == 2 * cfg.train.prompts_per_step
+    assert (pd.read_parquet(run / "steps.parquet")["online_skipped"] == cfg.train.prompts_per_step - 1).all()
+    body["arms"][0]["train"]["online"]["evry"] = 2
+    f.write_text(yaml.safe_dump(body))
+    with pytest.raises(ParamsError, match=r"train.online.evry.*did you mean"):
+        params.load(f)

@@ -956,14 +956,14 @@ def test_the_dr_grpo_treatment_builds_its_grpo_config_and_enters_the_run_key(tmp
 def test_online_posterior_trains_on_the_prompts_its_thompson_draws_choose(make_cfg):
     """train.online.method posterior: each step generates the prompts the posterior of the
     earlier steps' groups chooses (replayed from groups.parquet), not the sampler's."""
-    from diffgrpo.train.online import OnlineSelection
+    from diffgrpo import online
 
     cfg = make_cfg(max_steps=4, **{"online": {"method": "posterior"}})
     run = train.train_run(cfg, "hard", seed=0, progress=False)
     groups = pd.read_parquet(run / "groups.parquet")
     groups = groups.assign(rewards=groups["rewards"].map(list), scores=groups["scores"].map(list))
     ids = list(train.selected_rows(cfg, "hard")["id"])
-    sel = OnlineSelection(cfg.train.online, 0, ids)
+    sel = online.build(cfg.train.online, 0, ids)
     history = groups.to_dict("records")
     for step, g in groups.groupby("step"):
         assert list(g["prompt_id"]) == sel.choose(ids[:2], history, step)[0]
@@ -995,6 +995,44 @@ def test_online_band_keeps_only_groups_whose_mean_lies_in_the_band(make_cfg):
     kept = groups[groups["kept"]]
     assert len(kept) and (kept["reward_mean"] == 0.5).all()
     assert (groups["learnable"] & ~groups["kept"]).any() and (groups["round"] > 1).any()
+
+
+@pytest.mark.e2e
+def test_online_learnability_trains_on_the_prompts_its_draws_choose(make_cfg):
+    """learnability (LILO): each step's prompts are the draw, in proportion to p(1 - p) of the
+    earlier steps' groups, replayed from groups.parquet."""
+    from diffgrpo import online
+
+    cfg = make_cfg(max_steps=3, **{"online": {"method": "learnability"}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    groups = groups.assign(rewards=groups["rewards"].map(list), scores=groups["scores"].map(list))
+    ids = list(train.selected_rows(cfg, "hard")["id"])
+    sel, history = online.build(cfg.train.online, 0, ids), groups.to_dict("records")
+    for step, g in groups.groupby("step"):
+        assert list(g["prompt_id"]) == sel.choose(ids[:2], history, step)[0]
+    assert (run / "checkpoints" / "checkpoint-3").is_dir()
+
+
+@pytest.mark.e2e
+def test_online_pilot_commit_pilots_then_trains_on_the_committed_prompts_and_charges_the_pilot(make_cfg):
+    """pilot_commit: each step a pilot of 2 completions of 4 candidates (groups of round 0, not
+    kept), then 2 groups of 4 on the candidates the pilot ranked first; the ledger counts the pilot."""
+    from diffgrpo import online
+
+    cfg = make_cfg(max_steps=3, **{"online": {"method": "pilot_commit", "pilot": 2}})
+    run = train.train_run(cfg, "hard", seed=0, progress=False)
+    groups = pd.read_parquet(run / "groups.parquet")
+    groups = groups.assign(rewards=groups["rewards"].map(list), scores=groups["scores"].map(list))
+    pilot, trained = groups[groups["round"] == 0], groups[groups["round"] != 0]
+    assert len(pilot) == 3 * 4 and (pilot["rewards"].map(len) == 2).all() and not pilot["kept"].any()
+    assert len(trained) == 3 * 2 and (trained["rewards"].map(len) == 4).all()
+    sel, history = online.build(cfg.train.online, 0, list(train.selected_rows(cfg, "hard")["id"])), groups.to_dict("records")
+    for step, g in trained.groupby("step"):
+        assert set(g["prompt_id"]) <= set(pilot[pilot["step"] == step]["prompt_id"])
+        assert list(g["prompt_id"]) == sel.choose(list(g["prompt_id"]), history, step)[0]
+    led = json.loads((run / "manifest.json").read_text())["ledger"]
+    assert led["train"]["completions_generated"] == 3 * 4 * 2 + 3 * 2 * 4  # the pilot charged
 
 
 @pytest.mark.e2e

@@ -259,6 +259,8 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
         if not isinstance(layer, dict):
             raise ParamsError(f"{where}: `{prefix.rstrip('.')}` must be a mapping, got {layer!r}")
         known = set(cls.model_fields) | ({"include"} if not prefix else set())
+        if hasattr(cls, "merge_layer"):  # keys that depend on a value (train.online: its method's, diffgrpo.online)
+            base, known = cls.merge_layer(base, layer)
         for key in layer:
             if key not in known:
                 raise ParamsError(unknown_key(where, prefix, str(key), known))

@@ -3,7 +3,9 @@
 A run is fully described by YAML files in ``params/``, applied in order:
 
 1. ``params/defaults.yaml``: every parameter's value, with a comment on where it comes from
-   (the one place defaults live: the models below declare types and ranges, not values);
+   (the one place defaults live: the models below declare types and ranges, not values; an
+   online method added since the flat ``train.online`` block declares its keys' defaults in its
+   own module, :mod:`diffgrpo.online`, as a plugin's method must);
 2. the study file(s), e.g. ``params/embedded.yaml`` (``include: [other.yaml]`` layers more
    files underneath it);
 3. overrides from the command line or a notebook's ``parameters`` cell, as a nested dict or
@@ -24,10 +26,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from diffgrpo import policies, rewards
+from diffgrpo import online, policies, rewards
 from diffgrpo.params.files import DEFAULTS_FILE, ParamsError, closest, expand, load_plugin, merge, overrides_mapping, params_dir, parse_overrides, read_yaml, read_yaml_value, resolve, unknown_key, with_includes
+from diffgrpo.online import Settings as OnlineSettings
+from diffgrpo.online.dynamic_sampling import DynamicSamplingParams
 from diffgrpo.params.cluster import ClusterConfig
 from diffgrpo.params.cluster import check as check_cluster
 from diffgrpo.registry import PAPERS
@@ -97,24 +101,6 @@ class LoraParams(_Section):
     target_modules: list[str]
 
 
-class DynamicSamplingParams(_Section):
-    enabled: bool
-    max_rounds: PosInt
-
-
-class OnlineSelectionParams(_Section):
-    """Online selection inside training (diffgrpo.train.online; docs/online_selection.md)."""
-
-    method: Literal["none", "band", "posterior", "skip_zero_variance"]
-    band: list[Frac]
-    target: Frac
-    prior: list[Annotated[float, Field(gt=0.0)]]
-    decay: Annotated[float, Field(gt=0.0, le=1.0)]
-    warm_start: bool
-    window: PosInt
-    recheck: Frac
-
-
 class LengthRewardParams(_Section):
     weight: NonNeg
     cache: PosInt
@@ -163,10 +149,26 @@ class TrainConfig(_Section):
     vllm_gpu_memory_utilization: Frac
     vllm_tensor_parallel_size: PosInt
     dynamic_sampling: DynamicSamplingParams
-    online: OnlineSelectionParams
+    online: Annotated[OnlineSettings, SerializeAsAny()] = Field(
+        description="an online method and its keys (diffgrpo.online: each method's module declares them, and the "
+                    "defaults of a method added since the flat block of defaults.yaml)")
     length_reward: LengthRewardParams
     max_completions: PosInt | None
     trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dynamic_sampling_is_one_run(cls, data: Any) -> Any:
+        """``online.method: dynamic_sampling`` is ``dynamic_sampling.enabled: true`` spelled as a
+        method: one run, one key (diffgrpo.online.dynamic_sampling)."""
+        if isinstance(data, dict) and isinstance(data.get("online"), dict) and \
+                data["online"].get("method") == "dynamic_sampling" and isinstance(data.get("dynamic_sampling"), dict):
+            rest = sorted(set(data["online"]) - {"method"})
+            if rest:
+                return data  # the method's model refuses its unknown keys, named
+            return {**data, "online": {"method": online.NONE},
+                    "dynamic_sampling": {**data["dynamic_sampling"], "enabled": True}}
+        return data
 
 
 class LevelParams(_Section):
@@ -321,6 +323,12 @@ TREATMENTS: dict[str, dict[str, Any]] = {
     # prompts whose recent groups had equal rewards skipped before generation, each re-checked with
     # probability train.online.recheck (GRESO: Zheng et al. 2025, arXiv:2506.02177)
     "skip_zero_variance": {"online": {"method": "skip_zero_variance"}},
+    # each step's prompts drawn in proportion to p(1 - p) of their online success estimate (LILO:
+    # Foster and Foerster 2025, arXiv:2502.12272)
+    "learnability": {"online": {"method": "learnability"}},
+    # a pilot of a few completions per candidate prompt, then the step's groups committed to the
+    # prompts the pilot found informative, the pilot charged (Pilot-Commit, arXiv:2605.26606)
+    "pilot_commit": {"online": {"method": "pilot_commit"}},
 }
 
 
@@ -488,7 +496,7 @@ def _explain(err: ValidationError, data: dict, where) -> str:
     if e is not None:
         key, parent = _dotted(e["loc"]), _dotted(e["loc"][:-1])
         return unknown_key(where(key), f"{parent}." if parent else "", str(e["loc"][-1]),
-                           _model_at(e["loc"][:-1]).model_fields)
+                           _model_at(e["loc"][:-1], data).model_fields)
     missing = [e for e in errors if e["type"] == "missing"]
     if missing:
         parent = _dotted(missing[0]["loc"][:-1])
@@ -520,14 +528,18 @@ def _dotted(loc) -> str:
     return out
 
 
-def _model_at(loc) -> type[BaseModel]:
+def _model_at(loc, data: Any = None) -> type[BaseModel]:
+    """The model of the mapping at ``loc``; ``train.online``: its method's settings (``data``'s)."""
     cls: Any = Config
     for part in loc:
+        data = data[part] if isinstance(data, (dict, list)) and (isinstance(part, int) or part in data) else None
         if isinstance(part, int):
             continue
         ann = cls.model_fields[part].annotation
         inner = getattr(ann, "__args__", (ann,))
         cls = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+        if cls is online.Settings and isinstance(data, dict) and data.get("method", online.NONE) in online.names() + [online.NONE]:
+            cls = online.settings_class(data.get("method", online.NONE))
     return cls
 
 
@@ -814,16 +826,14 @@ def _check_budget_in_steps_or_epochs(t: TrainConfig, fail) -> None:
 
 
 def _check_online(t: TrainConfig, fail) -> None:
-    """train.online: a band [low, high], a Beta prior (alpha, beta), one process for the methods
-    that choose a step's prompts (every process would need every process's history)."""
-    o = t.online
-    if len(o.band) != 2 or o.band[0] > o.band[1]:
-        fail("train.online.band", f"= {o.band}: a band [low, high] of mean rewards with low <= high")
-    if len(o.prior) != 2:
-        fail("train.online.prior", f"= {o.prior}: a Beta prior [alpha, beta], both > 0")
-    if o.method in ("posterior", "skip_zero_variance") and t.num_processes > 1:
-        fail("train.online.method", f"= {o.method!r} chooses each step's prompts from the run's history, which one "
-                                    f"process holds; set train.num_processes: 1 (here {t.num_processes})")
+    """train.online: each key the method's settings find unworkable (a band [low, high], a Beta
+    prior, a pilot smaller than a group), and one process for a method that chooses a step's
+    prompts (every process would need every process's history)."""
+    for key, why in t.online.problems(t):
+        fail(f"train.online.{key}", why)
+    if t.online.method != online.NONE and online.get(t.online.method).when == "before" and t.num_processes > 1:
+        fail("train.online.method", f"= {t.online.method!r} chooses each step's prompts from the run's history, which "
+                                    f"one process holds; set train.num_processes: 1 (here {t.num_processes})")
 
 
 def _check_budget(cfg: Config, a: ArmConfig, per_step: int, where: str, fail) -> None:

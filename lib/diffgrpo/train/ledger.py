@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diffgrpo import policies
+from diffgrpo import online, policies
 from diffgrpo.params import Config
 from diffgrpo.store import artifacts, layout
 
@@ -48,9 +48,9 @@ def charged_part(cfg: Config, arm: str, ignore_charge_probe: bool = False) -> st
     a = cfg.arm(arm)
     if a.charge_probe is not None and not ignore_charge_probe:
         return "all" if a.charge_probe else None
-    online = cfg.train.online
-    if online.method == "posterior" and online.warm_start:
-        return "all"
+    settings = cfg.train.online
+    if settings.method != online.NONE and online.get(settings.method).charges_probe(settings):
+        return "all"  # the method's choice reads the probe (a posterior warm-started from it)
     reads = policies.get(a.select).reads_probe
     return "one_sample" if reads == "one_sample" else ("all" if reads else None)
 

@@ -9,6 +9,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from diffgrpo import online
 from diffgrpo.store import layout
 from diffgrpo.params import Config
 
@@ -56,7 +57,8 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
                       lv.epsilon_high, rounds if lv.dynamic_sampling else None, lv.length_reward_weight,
                       None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))
                 for lv in cfg.eprli.levels]
-    dynamic = t.dynamic_sampling.enabled or t.online.method == "band"  # the band refills as dynamic sampling does
+    # a method that filters after generation (the band) refills as dynamic sampling does
+    dynamic = t.dynamic_sampling.enabled or (t.online.method != online.NONE and online.get(t.online.method).refills)
     return [Level(None, cfg.run_steps(arm, n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
                   t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
 

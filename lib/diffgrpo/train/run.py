@@ -51,7 +51,7 @@ from diffgrpo.models.generation import check_fit, context_length, encode_prompt
 from diffgrpo.models.loading import quiet_renamed_arguments
 from diffgrpo.params import Config
 from diffgrpo.train.config import check_extension, grpo_kwargs, lora_config
-from diffgrpo.train.online import OnlineSelection
+from diffgrpo.train import online
 from diffgrpo.train.records import Progress, Recorder, Tidy
 from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
@@ -328,7 +328,7 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
             model=model, reward_funcs=recorder.correct, args=args, train_dataset=dataset,
             processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks,
             recorder=recorder, run_dir=run.folder.path, dynamic_rounds=lv.dynamic_rounds,
-            merge_for_generation=cfg.train.merge_lora_for_generation, online=_online(run, level_rows),
+            merge_for_generation=cfg.train.merge_lora_for_generation, online=online.for_run(run.cfg.train, run.seed, level_rows, run.cfg.probe.k),
         )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict
     for cb in trainer.callback_handler.callbacks:  # TensorBoard's event files: in the run's folder, one per level
@@ -340,17 +340,6 @@ def _trainer(run: Run, i: int, lv: eprli.Level, ckpt_dir: Path, recorder: Record
     if run.is_main and not one:
         run.folder.write_trl_config({"grpo": args.to_dict()}, level=run.folder.level_dir(i, lv.name))
     return trainer, tidy
-
-
-def _online(run: Run, rows: pd.DataFrame) -> OnlineSelection | None:
-    """The run's online selection over ``rows`` (``train.online``; None when off), warm-started
-    from the probe's samples of each prompt (p_hat x probe.k successes) with ``warm_start``."""
-    settings = run.cfg.train.online
-    if settings.method == "none":
-        return None
-    k = run.cfg.probe.k
-    warm = {pid: (round(p * k), k) for pid, p in zip(rows["id"], rows["p_hat"])}
-    return OnlineSelection(settings, run.seed, list(rows["id"]), warm)
 
 
 def _level_data(cfg: Config, lv: eprli.Level, level_rows: pd.DataFrame):

@@ -20,7 +20,7 @@ from diffgrpo.store import artifacts, layout
 from diffgrpo.models import devices
 from diffgrpo.params import Config
 from diffgrpo.train.levels import Level
-from diffgrpo.train.online import OnlineSelection
+from diffgrpo.online import Method
 from diffgrpo.train.records import Recorder
 
 
@@ -224,13 +224,15 @@ class Trainer(GRPOTrainer):
     with the LoRA merged into the base weights (:func:`merged_lora`). A colocated vLLM engine is
     seeded per training seed (:func:`seeded_engine`).
 
-    ``online`` (``train.online``, :mod:`diffgrpo.train.online`): a method that chooses a step's
+    ``online`` (``train.online``, :mod:`diffgrpo.online`): a method that chooses a step's
     prompts replaces the sampler's before generation (logged as ``online_skipped``: the
-    sampler's prompts it skipped); ``band`` narrows which groups dynamic sampling keeps.
+    sampler's prompts it skipped), after a pilot where it asks for one (``pilot_commit``: groups
+    of round 0, not trained on); one that filters (``band``, dynamic sampling) decides which
+    groups dynamic sampling keeps.
     """
 
     def __init__(self, *args, recorder: Recorder, run_dir: Path, dynamic_rounds: int | None = None,
-                 merge_for_generation: bool = False, online: OnlineSelection | None = None, **kwargs):
+                 merge_for_generation: bool = False, online: Method | None = None, **kwargs):
         config = kwargs["args"]
         colocated = config.use_vllm and config.vllm_mode == "colocate"
         with seeded_engine(config.seed) if colocated else contextlib.nullcontext():
@@ -316,11 +318,30 @@ class Trainer(GRPOTrainer):
         times, as TRL's sampler gives them), in place of the sampler's."""
         g, ds = self.num_generations, self.train_dataset
         step = self.recorder.step_offset + self.state.global_step + 1
-        chosen, skipped = self.online.choose([x["id"] for x in inputs[::g]], self.recorder.groups, step)
         if not hasattr(self, "_row_of_id"):
             self._row_of_id = {pid: i for i, pid in enumerate(ds["id"])}
+        batch = [x["id"] for x in inputs[::g]]
+        pilot = self.online.pilot(batch, self.recorder.groups, step)
+        if pilot is not None:
+            self._pilot(*pilot)
+        chosen, skipped = self.online.choose(batch, self.recorder.groups, step)
         self._metrics["train"]["online_skipped"].append(float(skipped))
         return [ds[self._row_of_id[pid]] for pid in chosen for _ in range(g)]
+
+    def _pilot(self, ids: list, m: int) -> None:
+        """Generate and score ``m`` completions of each prompt ``ids``, recorded as groups of
+        round 0 that no update takes (the online method reads them; the ledger charges them).
+        TRL groups rewards by ``num_generations``: the pilot's group size for the while."""
+        ds, g = self.train_dataset, self.num_generations
+        first = len(self.recorder.groups)
+        self.num_generations = self.recorder.group_size = m
+        self.recorder.round = 0
+        try:
+            super()._generate_and_score_completions([ds[self._row_of_id[pid]] for pid in ids for _ in range(m)])
+        finally:
+            self.num_generations = self.recorder.group_size = g
+        for row in self.recorder.groups[first:]:
+            row["kept"] = False
 
     def _every_process(self, items: list) -> list:
         """``items`` of every process (in rank order); this process's alone when it is the only one."""
