@@ -596,17 +596,43 @@ def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
     assert "Definition: earliest checkpoint from which on" in (out / "steps_to_match.md").read_text()
 
 
+def _copy_renaming_arms(src: Path, dst: Path, names: dict) -> None:
+    """A copy of a study folder whose arms are renamed (folders, files, manifests' and tables'
+    ``strategy``): a study of the same runs under other arm names."""
+    import re
+
+    def renamed(text: str) -> str:
+        return re.sub(r"^(%s)(?=[-.]|$)" % "|".join(names), lambda m: names[m.group(1)], text)
+
+    for path in sorted(src.rglob("*")):
+        out = dst / Path(*[renamed(part) for part in path.relative_to(src).parts])
+        if path.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and data.get("strategy") in names:
+                data["strategy"] = names[data["strategy"]]
+            out.write_text(json.dumps(data))
+        elif path.suffix == ".parquet" and "strategy" in (df := pd.read_parquet(path)):
+            df.assign(strategy=df["strategy"].replace(names)).to_parquet(out)
+        else:
+            shutil.copyfile(path, out)
+
+
 def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
-    """Arms named freely: which is base-wrong is read from the policy."""
+    """Arms named freely (a name that is no policy's): which is base-wrong is read from the policy."""
     cfg = study.replace(**{"study": "s001", "analyze.reports": ["001"], "arms": [
-        {"name": "easy", "select": "base_right_matched"}, {"name": "hard", "select": "base_wrong_matched"}]})
-    shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
+        {"name": "right", "select": "base_right_matched"}, {"name": "wrong", "select": "base_wrong_matched"}]})
+    _copy_renaming_arms(layout.study_dir(study), layout.study_dir(cfg), {"easy": "right", "hard": "wrong"})
     s001 = analyze.report(cfg)["001"]
-    assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("hard", "easy", None)
+    assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("wrong", "right", None)
     assert s001["seed_variance"].startswith("included") and s001["contrasts"][0]["family"] == "arms"
     assert s001["rel_improvement_wrong_vs_right_pct"] == pytest.approx(100 * (0.525 - 0.425) / 0.425, abs=1e-4)
     (pair,) = s001["contrasts"]
-    assert (pair["a"], pair["b"], pair["diff_pp"]) == ("easy", "hard", -10.0) and pair["ci95"][1] < 0
+    assert (pair["a"], pair["b"], pair["diff_pp"]) == ("right", "wrong", -10.0) and pair["ci95"][1] < 0
+    # an arm named after a policy but selecting by another is refused (issue 37): reports would draw it as that arm
+    with pytest.raises(params.ParamsError, match="rename it"):
+        study.replace(arms=[{"name": "easy", "select": "base_right_matched"}])
     table = pd.read_csv(layout.report_dir(cfg) / "table_accuracy.csv")
     assert table.loc[table["metric"] == "rel_gain_vs_base_right_pct", "value"].tolist()[0] == pytest.approx(23.5294)
 
@@ -843,11 +869,13 @@ def test_the_control_role_comes_from_the_params_file():
     """Through the real schema: the arms the params declare ``role: control`` are the controls,
     a partial credit (verifier plus a control reward, no role) is an arm."""
     cfg = params.load("tiny", overrides={"arms": [
-        {"name": "random_reward", "select": "random"},
+        {"name": "random_verifier", "select": "random"},
         {"name": "noise", "select": "random", "reward": "bernoulli_control", "role": "control"},
         {"name": "shaped", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}, "role": "control"},
         {"name": "partial", "select": "hard", "reward": {"verifier": 1.0, "bernoulli_control": 0.5}}, "hard", "easy"]})
-    assert analyze.control_arms(cfg) == ["noise", "shaped"]  # an arm named random_reward, defined anew, is an arm
+    assert analyze.control_arms(cfg) == ["noise", "shaped"]  # the role decides, not the reward or the name
+    with pytest.raises(params.ParamsError, match="rename it"):  # the named arm random_reward defined anew (issue 37)
+        params.load("tiny", overrides={"arms": [{"name": "random_reward", "select": "random"}, "hard"]})
 
 
 # ---- issue 19: error rates with few seeds, decided p-values, R^2 over arms, posterior learnability ----
