@@ -26,8 +26,23 @@ time limit keeps what it measured. Steps:
 4. ``hf_generation``: one HF ``generate`` of a pass's prompts (64 x 256 tokens, 128 new) with
    the Qwen3-4B model of step 3: tokens/s against the plan's HF estimate.
 
+The second edition (issue 39) adds, run first:
+
+5. ``paper002_arms``: paper002_gpu's three arms (its objective) on the embedded model at the tiny
+   shape, each launched through ``diffgrpo.train.launch`` as paper002_gpu resolves it (eprli's
+   levels each in a process of its own, the one-level arms in process): each must finish
+   "complete" with that launch;
+6. ``grpo_step``: one whole GRPO step through the project's Trainer (TRL's GRPOTrainer), its
+   GRPOConfig from ``grpo_kwargs`` and its LoRA from the params of paper003_gsm8k_qwen3_4b with HF
+   generation, on Qwen3-4B's shape with random weights: 32 prompts x 8 completions forced to the
+   params' 512 tokens (``min_new_tokens``), the rewards, the reference forward (beta 0.1), the
+   update: seconds a step and peak memory against the plan's one step;
+7. ``probe_evaluate``: the probe's and the evaluation's generator (``HFGenerator``) on the same
+   shape, one call of 128 prompts each with a dynamic and (cuda) the static cache, compiled on
+   its first call: tokens/s against the plan's HF figures for each cache, and the card's reserve.
+
 Then one table: measured, planned, ratio, and pass/fail where the plan makes a claim (memory
-within 0.75-1.2 of the plan, reserved below 90% of the card). ``--cpu-tiny``: the same steps on
+within 0.75-1.2 of the plan, reserved below 90% of the card, every arm complete as launched). ``--cpu-tiny``: the same steps on
 the CPU with tiny shapes (tests/test_gpu_accept.py runs it inside ``make test``, so the script
 cannot rot); its figures mean nothing.
 """
