@@ -72,7 +72,7 @@ class HFGenerator:
     """Batched sampling with a transformers model (CPU or one GPU)."""
 
     def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None,
-                 chat_template_kwargs: dict | None = None):
+                 chat_template_kwargs: dict | None = None, cache: str | None = None):
         self.model = model if device is None else model.to(device)
         self.model.eval()
         self.tokenizer = tokenizer
@@ -86,7 +86,9 @@ class HFGenerator:
         self.eos_ids = {e for e in [*eos, tokenizer.eos_token_id] if e is not None}
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
-        self.cache = hf_cache(self.device.type)  # static on cuda; the CPU path as it was
+        # static on cuda, the CPU path as it was (hf_cache); ``cache`` chooses (the acceptance run
+        # measures both on cuda: scripts/gpu_accept.py)
+        self.cache = cache or hf_cache(self.device.type)
         self.width_multiple = STATIC_WIDTH if self.cache == "static" else 1
 
     def generate(
