@@ -1132,3 +1132,17 @@ def test_figures_over_rollouts_draw_one_line_per_method_with_its_own_colour_and_
     xs = [tuple(ln.get_xdata()) for ln in lines]
     assert len({x[0] for x in xs}) == len(methods)  # dodged: no two methods at one x
     assert all(len(x) == 2 for x in xs)  # a line joins each method's two budgets
+
+
+def test_runs_of_one_trajectory_share_their_seed_part_in_joint_draws():
+    """Two budgets of one trajectory (a .b960 run the prefix of its .b1920 run) are one training per
+    seed: given the same noise their seed parts move together; apart they are independent."""
+    rng = np.random.default_rng(0)
+    boot = uncertainty.Bootstrap(300, 2000, 0)
+    x = rng.normal(0, 30, (300, 1)) + rng.normal(0, 3, (1, 4)) + rng.normal(0, 10, (300, 4))
+    a, b = uncertainty.mean_dist(x, boot), uncertainty.mean_dist(x + 1.0, boot)
+    noise = uncertainty.seed_noise(np.random.default_rng(1), boot.n_boot)
+    shared = [uncertainty.draws(d, None, noise) - d.est - d.dev for d in (a, b)]
+    assert np.allclose(shared[0], shared[1])
+    apart = [uncertainty.draws(d, np.random.default_rng(k)) - d.est - d.dev for k, d in enumerate((a, b))]
+    assert abs(np.corrcoef(*apart)[0, 1]) < 0.1

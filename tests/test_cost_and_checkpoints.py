@@ -74,7 +74,7 @@ def _budget_study(gains: dict[str, tuple[float, float]], n: int, seeds: int, see
                          "accuracy": g / 100, "kind": "offline"})
     scores = analyze.Scores.of(np.zeros(n), runs)
     view = SimpleNamespace(cfg=SimpleNamespace(analyze=SimpleNamespace(seed=0)), scores=scores,
-                           boot=uncertainty.Bootstrap(n, 1000, 0))
+                           boot=uncertainty.Bootstrap(n, 1000, 0), nested_arms=lambda: [])
     return view, pd.DataFrame(rows)
 
 

@@ -374,13 +374,15 @@ from diffgrpo.tasks import TaskError  # noqa: E402
 from diffgrpo.tasks.gsm8k import GSM8K  # noqa: E402
 
 
-@pytest.mark.parametrize("answer, shown", [("She has 3 apples.", "'She has 3 apples.'"), (None, "(None|nan)"),
-                                           ("so 3 #### three", "'so 3 #### three'"), ("#### ", "'#### '")])
-def test_a_gsm8k_row_with_a_bad_answer_names_the_file_and_the_row(tmp_path, answer, shown):
+@pytest.mark.parametrize("answer, says", [
+    ("She has 3 apples.", "has the answer 'She has 3 apples.', which does not end with '#### N'"),
+    (None, "has an empty or null answer"), ("so 3 #### three", "has the answer 'so 3 #### three', which does not end"),
+    ("#### ", "has an empty or null answer")])
+def test_a_gsm8k_row_with_a_bad_answer_names_the_file_and_the_row(tmp_path, answer, says):
     path = tmp_path / "gsm8k_train.jsonl"
     rows = pd.DataFrame({"question": ["q1", "q2", "q3"], "answer": ["x #### 1", answer, "y #### 2,000"]})
     rows.to_json(path, orient="records", lines=True)
-    with pytest.raises(TaskError, match=rf"{path}: row 2 \(counting from 1; 1 such rows\): answer {shown} does not end"):
+    with pytest.raises(TaskError, match=rf"{path}: row 2 \(counting from 1; id 'gsm8k/train/00001'\) {says}.*1 such row"):
         GSM8K().load("train", source=str(path))
 
 

@@ -91,18 +91,19 @@ class GSM8K(NumericTask):
         if not {"question", "answer"} <= set(raw.columns):
             raise TaskError(f"{where}: gsm8k rows need columns question and answer, got {list(raw.columns)}")
         solution = raw["answer"].astype(str)
-        final = solution.str.rsplit("####", n=1).str[1].str.strip()
-        bad = raw["answer"].isna() | ~solution.str.contains("####") | ~final.fillna("").str.fullmatch(r"-?[\d,]*\.?\d+")
+        final = solution.map(lambda a: a.rsplit("####", 1)[1].strip() if isinstance(a, str) and "####" in a else None)
+        bad = raw["answer"].isna() | final.isna() | ~final.fillna("").str.fullmatch(r"-?[\d,]*\.?\d+")
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise TaskError(f"{where}: row {i + 1} (counting from 1; {int(bad.sum())} such rows): answer "
-                            f"{_tail(raw['answer'].iloc[i])} does not end with '#### N' (N a number); every gsm8k "
-                            "answer must: fix or drop the row")
+            what = ("has an empty or null answer" if raw["answer"].isna().iloc[i] or final.iloc[i] == "" else
+                    f"has the answer {_tail(raw['answer'].iloc[i])}, which does not end with '#### N' (N a number)")
+            raise TaskError(f"{where}: row {i + 1} (counting from 1; id 'gsm8k/{split}/{i:05d}') {what}; "
+                            f"{int(bad.sum())} such row(s): every gsm8k answer must end with '#### N': fix or drop the row")
         df = pd.DataFrame(
             {
                 "id": [f"gsm8k/{split}/{i:05d}" for i in range(len(raw))],
                 "prompt": [self._prompt(q) for q in raw["question"]],
-                "answer": solution.str.rsplit("####", n=1).str[1].str.strip(),
+                "answer": final,
                 "tier": None,
                 "question": raw["question"],
                 "solution": solution,
