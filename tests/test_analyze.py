@@ -17,7 +17,7 @@ from scipy import stats
 matplotlib.use("Agg")
 
 from diffgrpo.analysis import report as analyze, calibration, learnability, tables, uncertainty
-from diffgrpo.store import layout
+from diffgrpo.store import artifacts, layout
 from diffgrpo import params  # noqa: E402
 from diffgrpo.analysis import sections  # noqa: E402
 from diffgrpo.analysis.papers import paper000, paper002, paper_numbers  # noqa: E402
@@ -1078,6 +1078,24 @@ def test_the_compute_ledger_and_arms_at_equal_budget_in_the_report(tmp_path, mon
     assert at["verdict"].startswith("At 1,400 total rollouts hard (offline) gains most, +12.5 points [")
     assert at["verdict"].endswith("ahead of every other arm at this budget (Holm-adjusted).")
     assert (out / "fig_gain_vs_rollouts.png").exists() and (out / "fig_accuracy_vs_rollouts.png").exists()
+
+
+def test_labelled_prompts_per_arm_from_the_study_s_files(tmp_path, monkeypatch):
+    """The compute section's labelled prompts come from groups.parquet and the probe's
+    prompts.parquet (not the manifest, so a committed study shows them): hard is charged the
+    probe (its 10 pool prompts and training's 4, three of them probed), easy is not (training's 4)."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    arms = [{"name": "easy", "select": "easy", "charge_probe": False}, {"name": "hard", "select": "hard"}]
+    cfg = params.load(overrides={"study": "labels", "arms": arms, "train.seeds": [0, 1], "probe.k": 8})
+    make_study(layout.study_dir(cfg))
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["p0", "p1", "p2", *[f"q{i}" for i in range(7)]],
+                                                                  "k": 8, "n_correct": 4, "mean_tokens": 10.0,
+                                                                  "p_hat": 0.5}))
+    summary = analyze.report(cfg)
+    assert [r["labelled_prompts"] for r in summary["compute"]["runs"]] == [4, 4, 11, 11]
+    assert {a: v["labelled_prompts"] for a, v in summary["compute"]["arms"].items()} == {"easy": 4.0, "hard": 11.0}
+    assert "labelled_prompts" in (layout.report_dir(cfg) / "compute.md").read_text()
 
 
 def test_the_result_in_words_names_each_arm_by_gain_with_its_interval():
