@@ -17,7 +17,7 @@ from scipy import stats
 matplotlib.use("Agg")
 
 from diffgrpo.analysis import report as analyze, calibration, learnability, tables, uncertainty
-from diffgrpo.store import layout
+from diffgrpo.store import artifacts, layout
 from diffgrpo import params  # noqa: E402
 from diffgrpo.analysis import sections  # noqa: E402
 from diffgrpo.analysis.papers import paper000, paper002, paper_numbers  # noqa: E402
@@ -426,7 +426,7 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert set(summary) == {"metric", "runs", "skipped", "best", "verdict", "regression", "paper_regression",
                             "arms", "contrasts", "bootstrap", "eval_sets", "holm_families", "learnability_prior",
                             "confounds", "test_difficulty", "plateau", "compute", "checkpoint_contrasts",
-                            "trajectories", "003"}  # analyze.reports: ["003"]
+                            "trajectories", "staleness", "003"}  # analyze.reports: ["003"]
     assert summary["trajectories"] == {"count": 4, "nested": []}  # 2 arms x 2 seeds, none a prefix of another
     assert summary["plateau"] is None  # its test prompts are not the task's rows: no tiers to test
     # checkpoints 5 and 10 are evaluated: hard (policy hard, the reference) against easy at each, Holm over both
@@ -1078,6 +1078,52 @@ def test_the_compute_ledger_and_arms_at_equal_budget_in_the_report(tmp_path, mon
     assert at["verdict"].startswith("At 1,400 total rollouts hard (offline) gains most, +12.5 points [")
     assert at["verdict"].endswith("ahead of every other arm at this budget (Holm-adjusted).")
     assert (out / "fig_gain_vs_rollouts.png").exists() and (out / "fig_accuracy_vs_rollouts.png").exists()
+
+
+def test_labelled_prompts_per_arm_from_the_study_s_files(tmp_path, monkeypatch):
+    """The compute section's labelled prompts come from groups.parquet and the probe's
+    prompts.parquet (not the manifest, so a committed study shows them): hard is charged the
+    probe (its 10 pool prompts and training's 4, three of them probed), easy is not (training's 4)."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    arms = [{"name": "easy", "select": "easy", "charge_probe": False}, {"name": "hard", "select": "hard"}]
+    cfg = params.load(overrides={"study": "labels", "arms": arms, "train.seeds": [0, 1], "probe.k": 8})
+    make_study(layout.study_dir(cfg))
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["p0", "p1", "p2", *[f"q{i}" for i in range(7)]],
+                                                                  "k": 8, "n_correct": 4, "mean_tokens": 10.0,
+                                                                  "p_hat": 0.5}))
+    summary = analyze.report(cfg)
+    assert [r["labelled_prompts"] for r in summary["compute"]["runs"]] == [4, 4, 11, 11]
+    assert {a: v["labelled_prompts"] for a, v in summary["compute"]["arms"].items()} == {"easy": 4.0, "hard": 11.0}
+    assert "labelled_prompts" in (layout.report_dir(cfg) / "compute.md").read_text()
+
+
+def test_staleness_of_the_probe_by_window_of_steps(study):
+    """hard's runs train on its 4 probed prompts (p_hat 0, 0, 0.1, 0.2) over 10 steps, 4 windows:
+    the probe's order first, reversed next, then every prompt solved, then none; easy's runs train
+    on prompts its selection does not hold, so easy has no rows. Without any such run, nothing."""
+    from scipy import stats
+
+    assert analyze.report(study)["staleness"] is None and not (layout.report_dir(study) / "staleness.md").exists()
+    rates = {1: [0, 1, 2, 4], 4: [4, 2, 1, 0], 7: [4, 4, 4, 4], 9: [0, 0, 0, 0]}  # correct of 4, per prompt
+    groups = pd.DataFrame([{"step": step, "prompt_id": f"hard{i}", "rewards": [0.0] * 4,  # scores are what count
+                            "scores": [1.0] * n + [0.0] * (4 - n)} for step, ns in rates.items() for i, n in enumerate(ns)])
+    for seed in (0, 1):
+        groups.to_parquet(layout.run_dir(study, "hard", seed) / "groups.parquet")
+    summary = analyze.report(study)
+    rho = round(float(stats.spearmanr([0, 1, 2, 4], [0, 0, 0.1, 0.2]).statistic), 4)
+    assert list(summary["staleness"]) == ["hard"]
+    assert summary["staleness"]["hard"] == [
+        {"window": 1, "steps": "1-3", "spearman": rho, "n_prompts": 4, "all_correct": 1, "all_wrong": 1,
+         "success": 0.4375, "p_hat": 0.075},
+        {"window": 2, "steps": "4-6", "spearman": -rho, "n_prompts": 4, "all_correct": 1, "all_wrong": 1,
+         "success": 0.4375, "p_hat": 0.075},
+        {"window": 3, "steps": "7-8", "spearman": None, "n_prompts": 4, "all_correct": 4, "all_wrong": 0,
+         "success": 1.0, "p_hat": 0.075},
+        {"window": 4, "steps": "9-10", "spearman": None, "n_prompts": 4, "all_correct": 0, "all_wrong": 4,
+         "success": 0.0, "p_hat": 0.075}]
+    out = layout.report_dir(study)
+    assert (out / "fig_staleness.png").exists() and pd.read_csv(out / "staleness.csv")["seeds"].tolist() == [2] * 4
 
 
 def test_the_result_in_words_names_each_arm_by_gain_with_its_interval():

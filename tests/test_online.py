@@ -138,6 +138,25 @@ def test_the_probe_is_charged_to_the_arms_whose_selection_read_it(tmp_path, monk
     assert rand["probe"]["completions"] == 0 and rand["total_rollouts"] == 8
 
 
+def test_labelled_prompts_are_training_s_prompts_and_the_probed_pool_where_charged(tmp_path, monkeypatch):
+    """The ledger's second column: distinct prompts whose reward was computed; a dropped group
+    and a pilot row count, a prompt seen twice once; the probe's pool is added only to an arm
+    charged the probe; a charged probe that is not there says nothing (None)."""
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    cfg = params.load("tiny", overrides={"arms": ["hard", "random"]})
+    groups = [group(1, "a", [0, 1]), group(2, "a", [1, 1]), {**group(1, "z", [0, 0]), "kept": False, "round": 0}]
+    assert ledger.labelled_prompts(cfg, "random", groups) == 2
+    assert ledger.labelled_prompts(cfg, "hard", groups) is None  # no probe written yet
+    probe = layout.probe_dir(cfg)
+    artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a", "b", "c"], "k": [4] * 3,
+                                                                  "mean_tokens": [10.0] * 3}))
+    artifacts.write_json(probe / layout.MANIFEST, {"seconds": {"cpu": 1.0, "gpu": 0.0}})
+    assert ledger.labelled_prompts(cfg, "hard", groups) == 4  # a, b, c probed; z trained on
+    assert ledger.ledger(cfg, "hard", groups, {"cpu": 1.0})["labelled_prompts"] == 4
+    assert ledger.ledger(cfg, "random", groups, {"cpu": 1.0})["labelled_prompts"] == 2
+    assert ledger.labelled_prompts(cfg, "random", [{"rewards": [1.0], "kept": True}]) is None  # no prompt ids
+
+
 def test_a_policy_that_reads_only_the_one_sample_pass_is_charged_that_pass_alone(tmp_path, monkeypatch):
     """Paper 001's "cheaper filter": base_wrong reads the greedy one-sample pass, not p_hat's K samples."""
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))

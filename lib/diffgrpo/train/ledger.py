@@ -16,6 +16,13 @@ dropped too), kept and dropped, their tokens (``groups.parquet``'s ``completion_
 for groups recorded before it existed), and the seconds of the sessions that finished: CPU
 seconds of the training process, GPU seconds (wall seconds x processes on a cuda device; 0 on
 a CPU). ``total_rollouts`` = probe completions charged + training completions generated.
+
+Labelled prompts (``labelled_prompts``, the ledger's second column; 003's annotation budget): the
+distinct prompts whose reward the run computed, every group of ``groups.parquet`` (pilot rounds
+and dropped groups included), together with the probe's pool prompts where the run is charged
+the probe (the probe computed each one's reward). An online arm that draws from the whole pool
+labels what it drew; an offline arm, the pool it probed. None when a run's groups do not name
+their prompts or the probe it is charged is not there.
 """
 
 from __future__ import annotations
@@ -55,22 +62,24 @@ def charged_part(cfg: Config, arm: str, ignore_charge_probe: bool = False) -> st
     return "one_sample" if reads == "one_sample" else ("all" if reads else None)
 
 
-def refreshed(cfg: Config, arm: str, manifest: dict) -> dict | None:
+def refreshed(cfg: Config, arm: str, manifest: dict, groups: list[dict] | pd.DataFrame | None = None) -> dict | None:
     """A finished run's ledger with its probe charge recomputed from today's params and probe
     files (what its training generated and took is the run's own, kept), or None when it is
     the manifest's already. ``charge_probe`` and the probe decide no number the run learns, so
     they are not in its key: a run kept by ``03_train`` gets the ledger today's settings say
     (else switching ``charge_probe`` kept the earlier setting's ledger, and the report's compute
-    section contradicted its budgets section)."""
+    section contradicted its budgets section). ``groups``: the run's (its ``groups.parquet``), for
+    its labelled prompts (:func:`labelled_prompts`), which follow the probe charge too."""
     old = manifest.get("ledger")
     if not old or "train" not in old:
         return None  # a run made before the ledger: the report says nothing rather than a guess
     part = charged_part(cfg, arm)
     probe = {"charged": part is not None, "part": part, "charge": PROBE_CHARGE,
              **(probe_cost(cfg, part) if part else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
-    if probe == old.get("probe"):
+    labelled = {} if groups is None else {"labelled_prompts": labelled_prompts(cfg, arm, groups)}
+    if probe == old.get("probe") and all(old.get(k) == v for k, v in labelled.items()):
         return None
-    return {"probe": probe, "train": old["train"], **_totals(probe, old["train"])}
+    return {"probe": probe, "train": old["train"], **_totals(probe, old["train"]), **labelled}
 
 
 def _totals(probe: dict, train: dict) -> dict[str, Any]:
@@ -142,7 +151,37 @@ def ledger(cfg: Config, arm: str, groups: list[dict], seconds: dict[str, float])
     probe = {"charged": part is not None, "part": part, "charge": PROBE_CHARGE,
              **(probe_cost(cfg, part) if part else {"completions": 0, "tokens": 0, "cpu_seconds": 0.0, "gpu_seconds": 0.0})}
     train = {**training_cost(groups), **{f"{k}_seconds": round(v, 1) for k, v in seconds.items()}}
-    return {"probe": probe, "train": train, **_totals(probe, train)}
+    return {"probe": probe, "train": train, **_totals(probe, train), "labelled_prompts": labelled_prompts(cfg, arm, groups)}
+
+
+def probe_prompt_ids(probe_dir: Path, part: str = "all") -> set[str] | None:
+    """The pool prompts the probe in ``probe_dir`` computed a reward for (its ``prompts.parquet``;
+    ``part="one_sample"``: the greedy pass's ``one_sample.parquet`` where it is there, the same
+    pool), or None when neither file is there."""
+    names = (layout.ONE_SAMPLE, layout.PROMPTS) if part == "one_sample" else (layout.PROMPTS,)
+    for name in names:
+        if (probe_dir / name).exists():
+            return set(artifacts.read_parquet(probe_dir / name, "01_probe", columns=["id"])["id"])
+    return None
+
+
+def labelled_prompts(cfg: Config, arm: str, groups: list[dict] | pd.DataFrame,
+                     probe_ids: set[str] | None = None) -> int | None:
+    """The labelled prompts of a run of ``arm`` (module docstring): the distinct prompt ids of
+    ``groups`` (every group, kept or dropped, pilot rows included), with the probe's pool prompts
+    where the arm is charged the probe (``probe_ids``: those, already read; else read from the
+    probe folder ``cfg`` names). None: groups without prompt ids, or a charged probe not there."""
+    df = pd.DataFrame(groups)
+    if len(df) and "prompt_id" not in df:
+        return None
+    ids = set(df["prompt_id"]) if len(df) else set()
+    part = charged_part(cfg, arm)
+    if part is not None:
+        pool = probe_ids if probe_ids is not None else probe_prompt_ids(layout.probe_dir(cfg), part)
+        if pool is None:
+            return None
+        ids |= pool
+    return len(ids)
 
 
 def planned_rollouts(cfg: Config, arm: str) -> int | None:

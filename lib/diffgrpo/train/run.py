@@ -193,7 +193,8 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         shutil.rmtree(run_dir)
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
     if done:
-        fresh = ledger.refreshed(cfg, arm, manifest)
+        groups = run_dir / layout.GROUPS
+        fresh = ledger.refreshed(cfg, arm, manifest, artifacts.read_parquet(groups, "03_train") if groups.exists() else None)
         if fresh is not None and devices.is_main_process():  # today's charge_probe and probe: the ledger says them
             artifacts.write_json(folder.manifest_path, {**manifest, "ledger": fresh})
         return None
