@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from typing import Protocol
 
 from diffgrpo import progress
 from diffgrpo.registry import Registry
+from diffgrpo.study import warm
 from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
 
 
@@ -123,6 +126,9 @@ class LocalExecutor:
     progress: bool = True
     poll_s: float = 0.2
     gpus: tuple[str, ...] = ()
+    #: start the kernels from a fork server that imported the notebooks' stack once
+    #: (:mod:`diffgrpo.study.warm`), instead of each kernel importing it again
+    warm: bool = True
 
     @property
     def how(self) -> str:
@@ -148,6 +154,7 @@ class LocalExecutor:
                              "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
+        server = _warm_server(self.warm and any(j.stage in STAGES for j in jobs))
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
@@ -159,6 +166,10 @@ class LocalExecutor:
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
                     env = {**os.environ, DIE_WITH_ENV: str(parent)}
+                    if server is not None:
+                        env[warm.SOCKET_ENV] = server.path
+                        env[warm.CPU_ENV] = str(_kernel_cpu_file(server, ready))
+                        _kernel_cpu_file(server, ready).unlink(missing_ok=True)
                     if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
                         held[ready.name] = [free.pop(0) for _ in range(ready.gpus)] \
                             if ready.stage in GPU_STAGES else []
@@ -173,6 +184,7 @@ class LocalExecutor:
                     cpu = _reap(proc)
                     if cpu is None:
                         continue
+                    cpu += _kernel_cpu(server, by_name[name])
                     log.close()
                     del running[name]
                     free.extend(held.pop(name, []))
@@ -192,6 +204,9 @@ class LocalExecutor:
             raise
         finally:
             bar.close()
+            if server is not None:
+                server.stop()
+                shutil.rmtree(Path(server.path).parent, ignore_errors=True)
         if failed:
             job, why = failed[0]
             skipped = [j.name for j in pending]
@@ -238,6 +253,41 @@ def _reap(proc: subprocess.Popen) -> float | None:
         return None
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_utime + usage.ru_stime
+
+
+def _warm_server(wanted: bool) -> warm.Server | None:
+    """The study's fork server of kernels (:mod:`diffgrpo.study.warm`), listening; None when not
+    wanted or when it could not start (the kernels then start as before, each importing alone)."""
+    if not wanted or not sys.platform.startswith("linux"):
+        return None
+    server = warm.Server(Path(tempfile.mkdtemp(prefix="diffgrpo-kernels-")))
+    server.start(dict(os.environ))
+    deadline = time.monotonic() + 120
+    while not server.ready():
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            shutil.rmtree(Path(server.path).parent, ignore_errors=True)
+            return None
+        time.sleep(0.05)
+    return server
+
+
+def _kernel_cpu_file(server: warm.Server, job: NotebookJob) -> Path:
+    return Path(server.path).parent / (job.name.replace("/", "_").replace(" ", "_") + ".cpu")
+
+
+def _kernel_cpu(server: warm.Server | None, job: NotebookJob) -> float:
+    """The CPU seconds of the job's warm kernel (a child of the fork server, not of the job), as
+    its launcher wrote them; 0 for a kernel the job started itself (counted by :func:`_reap`)."""
+    if server is None:
+        return 0.0
+    path = _kernel_cpu_file(server, job)
+    try:
+        seconds = float(path.read_text())
+    except (OSError, ValueError):
+        return 0.0
+    path.unlink(missing_ok=True)
+    return seconds
 
 
 def _error_of(job: NotebookJob) -> str:

@@ -113,8 +113,12 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
     was = os.environ.get(progress_bars.ENV)
     os.environ[progress_bars.ENV] = "record"
     try:
+        from diffgrpo.study import warm
+
+        manager = warm.kernel_manager_class()  # the study's fork server of kernels, if it has one
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
-                                   progress_bar=progress, cwd=str(nb.parent))
+                                   progress_bar=progress, cwd=str(nb.parent),
+                                   **({"kernel_manager_class": manager} if manager is not None else {}))
     except papermill.PapermillExecutionError as err:
         if running.exists():
             _paths_relative(running, nb, failed)
