@@ -575,6 +575,8 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
 
 def detectable_words(pair) -> str:
     """"this study could have detected about X points" for a contrast row (``detectable_pp``)."""
+    if not pair["detectable_pp"] > 0:  # no variation at all (every paired score equal), or none to measure
+        return "the paired scores do not vary at all, so no detectable size can be given: more test prompts or seeds"
     return (f"a difference of about {pair['detectable_pp']:.1f} points was detectable with 80% power at Holm's "
             "first step: a smaller true one would go unseen")
 
