@@ -27,18 +27,26 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """The stage notebooks nbval runs (tests/notebooks/) are `e2e` tests: `make test` runs them,
-    `make test-unit` leaves them out.
-
-    Under pytest-xdist (`make test` runs two workers, `-n 2 --dist loadgroup`) each test file is one
-    group, so a module's fixtures (a tiny study trained once, read by every test of the file) are
-    built on one worker only, and the stage notebooks form one group run in order: each reads the
-    files the one before it wrote. Every worker has its own outputs folder (above)."""
+    `make test-unit` leaves them out."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.xdist_group("stage-notebooks"))
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two pytest-xdist workers; each test file goes to one worker whole, so a
+    module's fixtures (a tiny study trained once, read by every test of the file) are built once,
+    and the stage notebooks (tests/notebooks/) go together, in order: each reads the files the one
+    before it wrote. Every worker has its own outputs folder (above). (xdist's own `loadgroup`
+    cannot mark them: under pytest 9 it no longer renames a test's node id.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/notebooks" if path.startswith("tests/notebooks/") else path
+
+    return ByFile(config, log)
 
 
 def executed_notebooks(study_root, cfg) -> list:
