@@ -5,7 +5,9 @@ DIFFGRPO_OUTPUTS; their kernels inherit the variable from this process, so it is
 collection and a test session never touches the repository's outputs/.
 """
 
+import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -138,3 +140,29 @@ def pytest_terminal_summary(terminalreporter):
     write("the 30 slowest tests (setup + call + teardown):")
     for node, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:30]:
         write(f"  {s:7.1f} s  {tiers[node]:8s} {node}")
+
+
+def copy_renaming_arms(src: Path, dst: Path, names: dict) -> None:
+    """A copy of a study folder whose arms are renamed (folders, files, manifests' and tables'
+    ``strategy``): a study of the same runs under other arm names (an arm named after a policy
+    must select by it, issue 37)."""
+    import re
+
+    import pandas as pd
+
+    def renamed(text: str) -> str:
+        return re.sub(r"^(%s)(?=[-.]|$)" % "|".join(names), lambda m: names[m.group(1)], text)
+
+    for path in sorted(src.rglob("*")):
+        out = dst / Path(*[renamed(part) for part in path.relative_to(src).parts])
+        if path.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and data.get("strategy") in names:
+                data["strategy"] = names[data["strategy"]]
+            out.write_text(json.dumps(data))
+        elif path.suffix == ".parquet" and "strategy" in (df := pd.read_parquet(path)):
+            df.assign(strategy=df["strategy"].replace(names)).to_parquet(out)
+        else:
+            shutil.copyfile(path, out)

