@@ -154,7 +154,8 @@ class LocalExecutor:
                              "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
-        server = _warm_server(self.warm and any(j.stage in STAGES for j in jobs))
+        # a fork server only for jobs that start a notebook's kernel (a job with its own argv starts none)
+        server = _warm_server(self.warm and any(j.stage in STAGES and type(j).argv is NotebookJob.argv for j in jobs))
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
