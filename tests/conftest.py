@@ -35,20 +35,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
 
 
+def _shares_fixtures(path: str) -> bool:
+    """Whether a test file holds a module- or session-scoped fixture (a study trained once for
+    every test of the file): its tests must then run on one worker."""
+    text = (Path(__file__).resolve().parents[1] / path).read_text() if path.endswith(".py") else ""
+    return 'scope="module"' in text or 'scope="session"' in text
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two pytest-xdist workers; each test file goes to one worker whole, so a
-    module's fixtures (a tiny study trained once, read by every test of the file) are built once,
-    and the stage notebooks (tests/notebooks/) go together, in order: each reads the files the one
-    before it wrote. Every worker has its own outputs folder (above). (xdist's own `loadgroup`
-    cannot mark them: under pytest 9 it no longer renames a test's node id.)"""
+    """`make test` runs two pytest-xdist workers. The stage notebooks (tests/notebooks/) go to one
+    worker together, in order: each reads the files the one before it wrote. A file with a module-
+    or session-scoped fixture goes to one worker whole, so the fixture is built once. Every other
+    test is scheduled alone, which keeps both workers busy. Every worker has its own outputs
+    folder (above). (xdist's own `loadgroup` marks do nothing under pytest 9: it can no longer
+    rename a test's node id.)"""
+    import functools
+
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByFile(LoadScopeScheduling):
+    shares = functools.cache(_shares_fixtures)
+
+    class Scopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "tests/notebooks" if path.startswith("tests/notebooks/") else path
+            if path.startswith("tests/notebooks/"):
+                return "tests/notebooks"
+            return path if shares(path) else nodeid
 
-    return ByFile(config, log)
+    return Scopes(config, log)
 
 
 def executed_notebooks(study_root, cfg) -> list:
