@@ -42,6 +42,7 @@ def _shares_fixtures(path: str) -> bool:
     return 'scope="module"' in text or 'scope="session"' in text
 
 
+@pytest.hookimpl(optionalhook=True)  # an environment without pytest-xdist runs the tests in one process
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs two pytest-xdist workers. The stage notebooks (tests/notebooks/) go to one
     worker together, in order: each reads the files the one before it wrote. A file with a module-
