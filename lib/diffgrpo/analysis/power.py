@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import special
 
 from diffgrpo import params
-from diffgrpo.analysis.uncertainty import ALPHA, POWER, satterthwaite
+from diffgrpo.analysis.uncertainty import ALPHA, POWER, mean_squares, satterthwaite
 from diffgrpo.params import Config
 from diffgrpo.store import artifacts, layout
 
@@ -40,14 +40,11 @@ def components(diff: np.ndarray) -> dict[str, float]:
     the two-way mean squares (each at least 0)."""
     x = np.asarray(diff, float)
     n, s = x.shape
-    est, rows, cols = x.mean(), x.mean(axis=1), x.mean(axis=0)
-    ms_rows = s * ((rows - est) ** 2).sum() / (n - 1)
+    ms = mean_squares(x)
     if s == 1:
-        return {"prompt": float(ms_rows), "seed": 0.0, "resid": 0.0}
-    ms_cols = n * ((cols - est) ** 2).sum() / (s - 1)
-    ms_resid = ((x - rows[:, None] - cols[None, :] + est) ** 2).sum() / ((n - 1) * (s - 1))
-    return {"prompt": max(0.0, (ms_rows - ms_resid) / s), "seed": max(0.0, (ms_cols - ms_resid) / n),
-            "resid": float(ms_resid)}
+        return {"prompt": ms.prompts, "seed": 0.0, "resid": 0.0}
+    return {"prompt": max(0.0, (ms.prompts - ms.resid) / s), "seed": max(0.0, (ms.seeds - ms.resid) / n),
+            "resid": ms.resid}
 
 
 def detectable(comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -280,16 +280,38 @@ def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1, run_noise_floor: 
     reference, which collapses when the seeds agree)."""
     x = np.asarray(x, float).reshape(boot.n_prompts, -1)
     n, s = x.shape
-    est, rows = float(x.mean()), x.mean(axis=1)
-    dev = boot.prompt_means(rows, blocks) - est
+    ms = mean_squares(x)
+    dev = boot.prompt_means(ms.rows, blocks) - ms.est
     if s == 1:
-        return MeanDist(est, dev, SeedPart(0.0, 0.0, 1))
-    cols = x.mean(axis=0)
+        return MeanDist(ms.est, dev, SeedPart(0.0, 0.0, 1))
+    shrink = np.sqrt(max(0.0, ms.prompts - ms.resid) / ms.prompts) if ms.prompts > 0 else 1.0
+    seed = SeedPart(float(((ms.cols - ms.cols.mean()) ** 2).sum()), float(ms.resid / n) if run_noise_floor else 0.0, s)
+    return MeanDist(ms.est, shrink * dev, seed)
+
+
+class MeanSquares(NamedTuple):
+    """The two-way ANOVA of a prompts x seeds matrix: its mean, row (prompt) and column (seed)
+    means, and the mean squares of prompts, seeds and the residual (seeds and residual 0 with one seed)."""
+
+    est: float
+    rows: np.ndarray
+    cols: np.ndarray
+    prompts: float
+    seeds: float
+    resid: float
+
+
+def mean_squares(x: np.ndarray) -> MeanSquares:
+    """:class:`MeanSquares` of ``x`` (prompts x seeds): what the intervals (:func:`mean_dist`) and
+    the detectable difference (:mod:`diffgrpo.analysis.power`) split a mean's variance by."""
+    n, s = x.shape
+    est, rows, cols = float(x.mean()), x.mean(axis=1), x.mean(axis=0)
     ms_rows = s * ((rows - est) ** 2).sum() / (n - 1)
+    if s == 1:
+        return MeanSquares(est, rows, cols, float(ms_rows), 0.0, 0.0)
+    ms_cols = n * ((cols - est) ** 2).sum() / (s - 1)
     ms_resid = ((x - rows[:, None] - cols[None, :] + est) ** 2).sum() / ((n - 1) * (s - 1))
-    shrink = np.sqrt(max(0.0, ms_rows - ms_resid) / ms_rows) if ms_rows > 0 else 1.0
-    seed = SeedPart(float(((cols - cols.mean()) ** 2).sum()), float(ms_resid / n) if run_noise_floor else 0.0, s)
-    return MeanDist(est, shrink * dev, seed)
+    return MeanSquares(est, rows, cols, float(ms_rows), float(ms_cols), float(ms_resid))
 
 
 
