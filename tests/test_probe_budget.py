@@ -61,3 +61,33 @@ def test_the_sweep_always_ends_at_the_full_k():
     rows = [[0, 1, 1], [1, 1, 1], [0, 0, 0], [1, 0, 0]] * 3
     sweep = probe_budget.k_sweep(samples(rows), n=4, group_size=4)
     assert sorted(set(sweep["k"])) == [1, 2, 3] and (sweep[sweep["k"] == 3]["overlap_pct"] == 100).all()
+
+
+def test_the_frontier_counts_ties_as_agreement_and_charges_a_cheaper_probe_only_at_90_at_half(pool):
+    front = probe_budget.frontier(pool, n=8)
+    rules = list(dict.fromkeys(front["rule"]))
+    assert rules[0] == "first 1 of 16" and rules[-1] == "full (16 a prompt)"
+    assert len(rules) == 15 + len(probe_budget.ADAPTIVE_RULES) + 1
+    full = front[front["rule"] == rules[-1]]
+    assert (full["agreement_pct"] == 100).all() and (full["completions_pct"] == 100).all()
+    # hard's 8 of the 10 never-right prompts: any of the 10 agrees, the exact overlap need not
+    hard = front[(front["policy"] == "hard") & (front["rule"] == "first 8 of 16")].iloc[0]
+    assert hard["completions_pct"] == 50 and hard["agreement_pct"] == 100 and hard["overlap_pct"] <= 100
+    assert (front["agreement_pct"] >= front["overlap_pct"]).all()
+    found = probe_budget.cheaper_probe(front)
+    # 16 samples of a never-right prompt: the first 4 say so as well; hard and easy are cheap
+    assert found["hard"]["completions_pct"] <= 50 and found["hard"]["agreement_pct"] >= 90
+    assert "hard: first" in probe_budget.cheaper_probe_in_words(front, found)
+
+
+def test_no_cheaper_probe_is_charged_where_none_keeps_90_percent_at_half():
+    rng = np.random.default_rng(1)
+    rows = [list((rng.random(4) < p).astype(int)) for p in rng.uniform(0.2, 0.8, 40)]  # no prompt flat: ties everywhere
+    front = probe_budget.frontier(samples(rows), n=10)
+    found = probe_budget.cheaper_probe(front)
+    at_half = front[front["completions_pct"] <= probe_budget.HALF]
+    for pol, hit in found.items():
+        best = at_half[at_half["policy"] == pol]["agreement_pct"].max()
+        assert (hit is None) == (best < probe_budget.AGREEMENT)
+    words = probe_budget.cheaper_probe_in_words(front, found)
+    assert all(f"{pol}: " in words for pol in probe_budget.POLICIES)

@@ -11,12 +11,23 @@
   samples); its p_hat is then the share of the samples taken. Reported: the completions saved
   against the full K, and per policy (hard, middle, easy) the overlap of the adaptive
   selection with the full probe's and the p_hat error of its prompts.
+- **The frontier** (:func:`frontier`): every cheaper probe tried, the first K' samples for each
+  K' under the probe's K and adaptive probing under each stopping rule of :data:`ADAPTIVE_RULES`,
+  as (share of the full probe's completions, agreement with its selection) per policy.
+  Agreement counts ties: the share of the cheaper probe's selection whose full-probe p_hat lies
+  inside the range of the full selection's p_hats (a prompt the full probe ranks level with one it
+  chose could have been chosen by it; at K = 4 most prompts tie). ``overlap_pct`` is the exact
+  share beside it. A cheaper probe is worth charging instead of the full one where it reaches
+  :data:`AGREEMENT` % agreement at no more than :data:`HALF` % of the completions
+  (:func:`cheaper_probe`).
 
 Ours (the report's ``probe_budget`` section); the idea of cheap screening rollouts is
 SPEED-RL's and GRESO's, the stopping rule is a plain Beta posterior test.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -27,6 +38,15 @@ from diffgrpo.analysis.learnability import predicted_learnable
 
 #: the policies the probe's budget is measured for (each ranks prompts by p_hat)
 POLICIES = ("hard", "middle", "easy")
+
+
+#: adaptive stopping rules the frontier tries: (round_size, edge, confidence); the first is the
+#: report's ``adaptive`` default
+ADAPTIVE_RULES = ((2, 0.3, 0.75), (1, 0.3, 0.75), (1, 0.2, 0.6), (1, 0.3, 0.6), (1, 0.1, 0.5), (2, 0.2, 0.9))
+#: a cheaper probe is charged instead of the full one where it keeps this much agreement (%) ...
+AGREEMENT = 90.0
+#: ... at no more than this share (%) of the full probe's completions
+HALF = 50.0
 
 
 def correct_matrix(samples: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:
@@ -93,3 +113,65 @@ def adaptive(samples: pd.DataFrame, n: int, seed: int = 0, round_size: int = 2, 
               "saved_pct": round(100 * (1 - taken.sum() / x.size), 2),
               "p_hat_error_pool": round(float(np.abs(p_ad - full).mean()), 4)}
     return totals, pd.DataFrame(rows)
+
+
+def _agreement(chosen: set, truth: set, full_of: dict) -> float:
+    """% of ``chosen`` whose full-probe p_hat lies in the range of ``truth``'s (ties agree)."""
+    lo, hi = min(full_of[i] for i in truth), max(full_of[i] for i in truth)
+    return 100 * sum(lo <= full_of[i] <= hi for i in chosen) / len(chosen)
+
+
+def frontier(samples: pd.DataFrame, n: int, seed: int = 0, rules=ADAPTIVE_RULES) -> pd.DataFrame:
+    """One row per (cheaper probe, policy): ``rule``, ``completions`` and ``completions_pct`` (of
+    the full probe's), ``agreement_pct`` (ties agree, the module's docstring) and ``overlap_pct``
+    (exact) with the full probe's selection of ``n``. The full probe is the last row per policy."""
+    ids, x = correct_matrix(samples)
+    full = x.mean(axis=1)
+    full_of = dict(zip(ids, full))
+    truth = _selections(ids, full, n, seed)
+    probes = [(f"first {k} of {x.shape[1]}", np.full(len(x), k)) for k in range(1, x.shape[1])]
+    probes += [(f"adaptive: rounds of {r}, stop at {c:g} on p < {e:g} or p > {1 - e:g}", adaptive_n(x, r, e, c))
+               for r, e, c in rules]
+    probes.append((f"full ({x.shape[1]} a prompt)", np.full(len(x), x.shape[1])))
+    rows = []
+    for rule, taken in probes:
+        p = np.array([row[:m].mean() for row, m in zip(x, taken)])
+        with warnings.catch_warnings():  # a coarse p_hat makes middle tie with hard or easy: the point measured
+            warnings.simplefilter("ignore")
+            chosen = _selections(ids, p, n, seed)
+        for pol in POLICIES:
+            rows.append({"rule": rule, "policy": pol, "completions": int(taken.sum()),
+                         "completions_pct": 100 * taken.sum() / x.size,
+                         "agreement_pct": _agreement(chosen[pol], truth[pol], full_of),
+                         "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n})
+    return pd.DataFrame(rows)
+
+
+def cheaper_probe(front: pd.DataFrame) -> dict[str, dict | None]:
+    """Per policy, the cheapest probe of ``front`` with at least :data:`AGREEMENT` % agreement
+    at no more than :data:`HALF` % of the completions (``rule``, ``completions_pct``,
+    ``agreement_pct``), or None where none reaches it."""
+    ok = front[(front["agreement_pct"] >= AGREEMENT) & (front["completions_pct"] <= HALF)]
+    out = {}
+    for pol in POLICIES:
+        best = ok[ok["policy"] == pol].sort_values(["completions_pct", "agreement_pct"], ascending=[True, False])
+        out[pol] = None if best.empty else {k: best.iloc[0][k] for k in ("rule", "completions_pct", "agreement_pct")}
+    return out
+
+
+def cheaper_probe_in_words(front: pd.DataFrame, found: dict[str, dict | None]) -> str:
+    """Per policy, the cheaper probe charged instead of the full one, or why none is: the best
+    agreement any probe of the frontier reaches at no more than :data:`HALF` % of the completions."""
+    cheap = front[front["completions_pct"] <= HALF]
+    parts = []
+    for pol, hit in found.items():
+        if hit is not None:
+            parts.append(f"{pol}: {hit['rule']} agrees {hit['agreement_pct']:.0f}% at {hit['completions_pct']:.0f}% "
+                         "of the completions")
+            continue
+        mine = cheap[cheap["policy"] == pol]
+        best = mine.sort_values("agreement_pct", ascending=False).iloc[0] if len(mine) else None
+        parts.append(f"{pol}: none" + ("" if best is None else
+                     f" (the best at <= {HALF:g}%: {best['rule']}, {best['agreement_pct']:.0f}% at "
+                     f"{best['completions_pct']:.0f}%)"))
+    return "; ".join(parts)
