@@ -54,7 +54,9 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 def vllm_lora_rank(cfg: Config) -> int:
     """The smallest rank vLLM allows at or above the largest LoRA rank over the study's arms."""
-    r = max(cfg.for_arm(a.name).train.lora.r for a in cfg.arms)
+    # an arm that sets no lora of its own trains with the study's (for_arm validates a whole config:
+    # once per arm and job made a 130-run --plan take a minute)
+    r = max(cfg.for_arm(a.name).train.lora.r if "lora" in a.train else cfg.train.lora.r for a in cfg.arms)
     return next((v for v in VLLM_LORA_RANKS if v >= r), r)
 
 
