@@ -5,7 +5,9 @@ the layers are checked against is :mod:`diffgrpo.params`'."""
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -187,9 +189,17 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    """``text`` parsed (the pure-Python loader, 20 ms a params file), once per distinct text: a
+    test session loads the same 30 files hundreds of times. Keyed by the whole text, so an edited
+    file is parsed anew; callers get a copy (:func:`read_yaml`)."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.load(path.read_text(), Loader=_StrictLoader) or {}
+        data = copy.deepcopy(_parsed(path.read_text())) or {}
     except YamlTooLarge as e:
         raise ParamsError(f"{path}: refused before it is read: {e}") from None
     except yaml.YAMLError as e:
