@@ -21,6 +21,9 @@ _SESSION_OUTPUTS = tempfile.mkdtemp(prefix="diffgrpo-test-outputs-")
 # The tests run tiny models: one thread is as fast as two on an idle machine and 25-40x faster
 # when another process wants the second core (docs/benchmarks.md). Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No network here: huggingface_hub's telemetry thread (started by every Trainer.train) resolves the
+# hub's name in a thread, and that getaddrinfo once took a test worker down with a segfault.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def pytest_configure(config):
