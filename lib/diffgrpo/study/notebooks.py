@@ -27,6 +27,11 @@ RUN_PARAMETERS = ("arm", "seed")
 DIE_WITH_ENV = "DIFFGRPO_DIE_WITH_PID"
 
 
+#: how long a notebook's kernel may take to start and answer (papermill's default, 60 s, failed
+#: make test once with both cores busy: a kernel's start is waited on, not a clock's minute)
+KERNEL_START_S = 600
+
+
 def parameters_of(stage: str) -> tuple[str, ...]:
     """The names a stage notebook's ``parameters`` cell declares."""
     return PARAMETERS + (RUN_PARAMETERS if stage in RUN_STAGES else ())
@@ -117,7 +122,7 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
 
         manager = warm.kernel_manager_class()  # the study's fork server of kernels, if it has one
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
-                                   progress_bar=progress, cwd=str(nb.parent),
+                                   progress_bar=progress, cwd=str(nb.parent), start_timeout=KERNEL_START_S,
                                    **({"kernel_manager_class": manager} if manager is not None else {}))
     except papermill.PapermillExecutionError as err:
         if running.exists():
