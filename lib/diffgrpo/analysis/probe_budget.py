@@ -43,7 +43,7 @@ POLICIES = ("hard", "middle", "easy")
 #: adaptive stopping rules the frontier tries: (round_size, edge, confidence); the first is the
 #: report's ``adaptive`` default
 ADAPTIVE_RULES = ((2, 0.3, 0.75), (1, 0.3, 0.75), (1, 0.2, 0.6), (1, 0.3, 0.6), (1, 0.1, 0.5), (2, 0.2, 0.9))
-#: a cheaper probe is charged instead of the full one where it keeps this much agreement (%) ...
+#: a cheaper probe would be worth charging instead of the full one where it keeps this much agreement (%) ...
 AGREEMENT = 90.0
 #: ... at no more than this share (%) of the full probe's completions
 HALF = 50.0
@@ -83,6 +83,11 @@ def k_sweep(samples: pd.DataFrame, n: int, group_size: int, seed: int = 0, ks=(1
     return pd.DataFrame(rows)
 
 
+def first_samples_p_hat(x: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """Each prompt's p_hat from its first ``taken`` samples (rows of ``x``, 0/1 in sample order)."""
+    return np.array([row[:m].mean() for row, m in zip(x, taken)])
+
+
 def adaptive_n(x: np.ndarray, round_size: int, edge: float, confidence: float) -> np.ndarray:
     """Samples the adaptive probe takes of each prompt (rows of ``x``, 0/1 in sample order)."""
     k = x.shape[1]
@@ -103,7 +108,7 @@ def adaptive(samples: pd.DataFrame, n: int, seed: int = 0, round_size: int = 2, 
     ids, x = correct_matrix(samples)
     taken = adaptive_n(x, round_size, edge, confidence)
     full = x.mean(axis=1)
-    p_ad = np.array([row[:m].mean() for row, m in zip(x, taken)])
+    p_ad = first_samples_p_hat(x, taken)
     truth, chosen = _selections(ids, full, n, seed), _selections(ids, p_ad, n, seed)
     at = {pid: i for i, pid in enumerate(ids)}
     rows = [{"policy": pol, "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n,
@@ -135,7 +140,7 @@ def frontier(samples: pd.DataFrame, n: int, seed: int = 0, rules=ADAPTIVE_RULES)
     probes.append((f"full ({x.shape[1]} a prompt)", np.full(len(x), x.shape[1])))
     rows = []
     for rule, taken in probes:
-        p = np.array([row[:m].mean() for row, m in zip(x, taken)])
+        p = first_samples_p_hat(x, taken)
         with warnings.catch_warnings():  # a coarse p_hat makes middle tie with hard or easy: the point measured
             warnings.simplefilter("ignore")
             chosen = _selections(ids, p, n, seed)
@@ -160,7 +165,7 @@ def cheaper_probe(front: pd.DataFrame) -> dict[str, dict | None]:
 
 
 def cheaper_probe_in_words(front: pd.DataFrame, found: dict[str, dict | None]) -> str:
-    """Per policy, the cheaper probe charged instead of the full one, or why none is: the best
+    """Per policy, the cheaper probe worth charging instead of the full one, or why none is: the best
     agreement any probe of the frontier reaches at no more than :data:`HALF` % of the completions."""
     cheap = front[front["completions_pct"] <= HALF]
     parts = []

@@ -58,7 +58,7 @@ def plot_frontier(front) -> Figure:
         g = front[front["policy"] == pol]
         fixed = g["rule"].str.startswith(("first", "full"))
         ax.axvspan(0, probe_budget.HALF, ymin=probe_budget.AGREEMENT / 105, ymax=1, color="0.9", zorder=0,
-                   label=f">= {probe_budget.AGREEMENT:g}% at <= {probe_budget.HALF:g}%: charged instead")
+                   label=f">= {probe_budget.AGREEMENT:g}% at <= {probe_budget.HALF:g}%: worth charging instead")
         ax.plot(g.loc[fixed, "completions_pct"], g.loc[fixed, "agreement_pct"], marker="o", label="first K' samples")
         ax.plot(g.loc[~fixed, "completions_pct"], g.loc[~fixed, "agreement_pct"], marker="s", linestyle="none",
                 label="adaptive stopping rules")
@@ -93,8 +93,8 @@ def write(study) -> dict:
                       f"{1 - totals['edge']:g}; {totals['completions_adaptive']:,} of {totals['completions_full']:,} "
                       f"completions ({totals['saved_pct']}% saved)", per_policy.round(DIGITS))
     study.write_table("probe_frontier", f"Cheaper probes against the full one ({n} prompts selected): agreement "
-                      "counts ties (a prompt the full probe ranks level with one it chose); a cheaper probe is "
-                      f"charged instead where it keeps >= {probe_budget.AGREEMENT:g}% agreement at <= "
+                      "counts ties (a prompt the full probe ranks level with one it chose); a cheaper probe would be "
+                      f"worth charging instead where it keeps >= {probe_budget.AGREEMENT:g}% agreement at <= "
                       f"{probe_budget.HALF:g}% of the completions. {words}", front.round(DIGITS))
     save_figure(plot(sweep), study.out / "fig_probe_k_sweep.png")
     save_figure(plot_frontier(front), study.out / "fig_probe_frontier.png")
