@@ -57,15 +57,17 @@ def loss_floor(cfg, arm: str, steps: pd.DataFrame, repeats: int = 3) -> tuple[in
     completion): what the loss costs before any trainer overhead (best of ``repeats``)."""
     from peft import get_peft_model
 
-    from diffgrpo.models import resolve as data
     from diffgrpo import train
+    from diffgrpo.models import resolve as data
+    from diffgrpo.models.generation import encode_prompt
+    from diffgrpo.train.config import lora_config
 
     model, tokenizer = data.load_model(cfg)
     prompts = train.selected_rows(cfg, arm, 0)["prompt"]
-    length = int(np.median([len(train.encode_prompt(tokenizer, p)) for p in prompts])
+    length = int(np.median([len(encode_prompt(tokenizer, p)) for p in prompts])
                  + steps["completions/max_length"].median())
     batch = cfg.train.prompts_per_step * cfg.train.group_size
-    model = get_peft_model(model, train.lora_config(cfg))
+    model = get_peft_model(model, lora_config(cfg))
     ids = torch.randint(2, model.config.vocab_size, (batch, length))
     best = (float("inf"), float("inf"))
     for _ in range(repeats):
@@ -92,12 +94,11 @@ def main() -> None:
     import accelerate
 
     from diffgrpo import params, probe, select, train
-    from diffgrpo.study import parse_overrides
     from diffgrpo.store.run_folder import RunFolder
 
     cfg = params.load(args.params_file, overrides={
         "train.max_steps": args.steps, "train.save_steps": 10_000, "train.seeds": [0], "workers": 1,
-        **parse_overrides(args.overrides)})
+        **params.parse_overrides(args.overrides)})
     torch.set_num_threads(cfg.model.torch_threads or torch.get_num_threads())
     probe.run_probe(cfg, progress=False)
     select.run_select(cfg)

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from diffgrpo import tasks
-from diffgrpo.models.generation import Completion, HFGenerator, encode_prompt, left_pad
+from transformers import DynamicCache
+
+from diffgrpo.models.generation import AppendLayer, Completion, HFGenerator, append_cache, appending_cache, encode_prompt, left_pad
 from diffgrpo.models.loading import load_model
 
 
@@ -82,6 +84,68 @@ def test_greedy_is_repeatable(gen, rows):
     assert gen.generate(prompts, temperature=0, max_new_tokens=72, seed=1, progress=False) == gen.generate(
         prompts, temperature=0, max_new_tokens=72, seed=2, progress=False
     )
+
+
+def _generate_with(gen, rows, cache, sample: bool, room: int = 72):
+    """One left-padded batch of 16 prompts of different lengths: tokens and every step's logits."""
+    ids, mask = left_pad([encode_prompt(gen.tokenizer, p) for p in rows["prompt"][:16]], gen.pad_id)
+    config = gen._config(1.0 if sample else 0.0, 1.0, 72)
+    kwargs = {} if cache is None else {"past_key_values": cache(gen.model, room)}
+    torch.manual_seed(3)
+    with torch.inference_mode():
+        out = gen.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, output_logits=True,
+                                 return_dict_in_generate=True, **kwargs)
+    return out.sequences, torch.stack(out.logits)
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("room", [72, 1], ids=["room-for-all", "regrows-every-step"])
+def test_the_appending_cache_generates_what_transformers_dynamic_cache_does_bit_for_bit(gen, rows, sample, room):
+    """AppendLayer writes each new token in place where DynamicLayer concatenates: the keys and
+    values attention reads, so the logits at every step and the tokens, must be identical (a
+    study's committed numbers depend on it)."""
+    tokens, logits = _generate_with(gen, rows, None, sample)
+    mine, my_logits = _generate_with(gen, rows, append_cache, sample, room)
+    assert torch.equal(tokens, mine)
+    assert torch.equal(logits, my_logits)  # bit for bit, not allclose
+    assert tokens.shape[1] > 60 and (tokens == gen.pad_id).any()  # long enough, and padded
+
+
+def test_the_appending_cache_is_what_hf_generation_and_training_use(gen, rows):
+    cache = append_cache(gen.model, 8)
+    assert isinstance(cache, DynamicCache) and len(cache.layers) == gen.model.config.num_hidden_layers
+    assert all(type(layer) is AppendLayer and layer.room == 8 for layer in cache.layers)
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append(kwargs.get("past_key_values"))
+        return torch.zeros(1, 1, dtype=torch.long)
+
+    model = gen.model
+    model.generate = record  # what appending_cache wraps: the model's own generate
+    try:
+        with appending_cache(model, 5):
+            model.generate(input_ids=None)
+            model.generate(input_ids=None, past_key_values="given")  # a caller's cache is kept
+        assert model.generate is record
+    finally:
+        del model.generate
+    assert isinstance(seen[0], DynamicCache) and seen[0].layers[0].room == 5 and seen[1] == "given"
+    assert "generate" not in vars(model)  # nothing left on the model
+
+
+def test_a_reordered_cache_is_copied_into_a_fresh_buffer():
+    layer = AppendLayer(room=2)
+    k = torch.arange(12.0).reshape(2, 1, 3, 2)
+    keys, _ = layer.update(k, k.clone())
+    assert torch.equal(keys, k)
+    layer.reorder_cache(torch.tensor([1, 0]))  # beam search reassigns layer.keys
+    step = torch.full((2, 1, 1, 2), -1.0)
+    keys, values = layer.update(step, step)
+    assert torch.equal(keys, torch.cat([k[[1, 0]], step], dim=-2)) and torch.equal(values, keys)
+    for _ in range(3):  # past its room: grown by a copy
+        keys, _ = layer.update(step, step)
+    assert keys.shape[-2] == 7 and torch.equal(keys[:, :, :3], k[[1, 0]])
 
 
 @pytest.mark.download

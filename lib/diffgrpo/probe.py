@@ -8,7 +8,9 @@ base-wrong and base-right.
 A probe lives in a folder keyed by everything that decides its result (model, task and its
 options, split, pool size, K, sampling settings, seed: see :func:`layout.probe_key`), so a
 probe of one model is never reused to select data for another. It is resumable: completions
-are written in chunks and an interrupted probe continues at the first missing chunk.
+are written in chunks and an interrupted probe continues at the first missing chunk. On a CPU
+``workers`` processes generate the chunks (each chunk is seeded by its index, so the probe is
+the same with one process or several).
 
 With ``probe.test`` the held-out test set is probed the same way, in a folder of its own
 (``<task>-test-<split>-k<K>-<hash>``): the report then reads each test prompt's difficulty.
@@ -32,7 +34,7 @@ from diffgrpo.store import artifacts, layout
 from diffgrpo import params
 from diffgrpo.params import Config
 from diffgrpo.models import devices
-from diffgrpo.models.resumable_sampling import load_generator, sample_and_score
+from diffgrpo.models.resumable_sampling import Helpers, cpu_helpers, load_generator, sample_and_score
 
 log = logging.getLogger("diffgrpo.probe")
 
@@ -59,15 +61,18 @@ def run_probe(cfg: Config, progress: bool = True) -> Path:
     """Probe the pool (resuming if interrupted), and with ``probe.test`` the held-out test set
     too; return the pool's probe folder."""
     generator = functools.cache(lambda: load_generator(cfg, batch_size=cfg.probe.sampling.batch_size))  # one model
-    if cfg.probe.test:
-        with artifacts.exclusive(layout.probe_dir(cfg, "test")):
-            _run_probe(cfg, layout.probe_dir(cfg, "test"), progress, "test", generator)
-    out_dir = layout.probe_dir(cfg)
-    with artifacts.exclusive(out_dir):
-        return _run_probe(cfg, out_dir, progress, "pool", generator)
+    # on a CPU, ``workers`` processes share the chunks (each chunk is seeded by its index)
+    make = functools.partial(load_generator, cfg, batch_size=cfg.probe.sampling.batch_size)
+    with Helpers(cpu_helpers(cfg), make) as helpers:
+        if cfg.probe.test:
+            with artifacts.exclusive(layout.probe_dir(cfg, "test")):
+                _run_probe(cfg, layout.probe_dir(cfg, "test"), progress, "test", generator, helpers)
+        out_dir = layout.probe_dir(cfg)
+        with artifacts.exclusive(out_dir):
+            return _run_probe(cfg, out_dir, progress, "pool", generator, helpers)
 
 
-def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator) -> Path:
+def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator, helpers: Helpers) -> Path:
     manifest = out_dir / layout.MANIFEST
     try:
         m = artifacts.read_manifest(manifest, "01_probe")
@@ -92,13 +97,14 @@ def _run_probe(cfg: Config, out_dir: Path, progress: bool, role: str, generator)
         gen, task, rows, n=cfg.probe.k, temperature=s.temperature, top_p=s.top_p,
         max_new_tokens=s.max_new_tokens, seed=cfg.probe.seed, work_dir=out_dir / "work" / "samples",
         key=key, progress=progress, desc=f"probe K={cfg.probe.k}" + ("" if role == "pool" else " (test set)"),
+        helpers=helpers,
     )
     prompts = per_prompt(rows, samples, cfg.probe.k)
     if one_sample:
         one = sample_and_score(
             gen, task, rows, n=1, temperature=0.0, top_p=1.0, max_new_tokens=s.max_new_tokens,
             seed=cfg.probe.seed, work_dir=out_dir / "work" / "one_sample", key=key,
-            progress=progress, desc="one-sample probe (greedy)",
+            progress=progress, desc="one-sample probe (greedy)", helpers=helpers,
         )
         artifacts.write_parquet(out_dir / layout.ONE_SAMPLE, one)
         prompts = prompts.merge(one[["prompt_id", "correct"]].rename(

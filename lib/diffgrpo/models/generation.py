@@ -14,10 +14,13 @@ The vLLM backend (:mod:`diffgrpo.models.vllm_engine`; the GPU environment or vLL
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig
+from transformers import DynamicCache, GenerationConfig
+from transformers.cache_utils import DynamicLayer
 
 from diffgrpo import progress as progress_bars
 
@@ -64,8 +67,83 @@ def hf_cache(device: str) -> str:
     its first call (45-54 s) and a step of a 36-layer 4B model at batch 256 costs 38.8 ms instead
     of 81.0 eager with a growing ``dynamic`` cache, which also let the caching allocator reserve
     the whole card (one H200, 2026-11-27, docs/gpu.md "Measured on an H200"); ``dynamic``
-    elsewhere (the CPU path as it was)."""
+    elsewhere: a growing cache that appends in place (:func:`append_cache`)."""
     return "static" if str(device).split(":")[0] == "cuda" else "dynamic"
+
+
+class AppendLayer(DynamicLayer):
+    """transformers' ``DynamicLayer`` with room to grow: its keys and values live in a buffer
+    ``room`` positions longer than what it holds, a new token is written in place and attention
+    reads a view of the filled part. ``DynamicLayer`` concatenates (``torch.cat``) the whole
+    cache at every decode step, a copy that grows with the sequence: 0.20 of a 0.93 s
+    generation of 64 x 48 tokens with the embedded model on one CPU thread (docs/benchmarks.md
+    "Where a training step's time goes"). The values attention sees are the same, bit for bit
+    (tests/test_generation.py compares tokens and logits); a cache that is cropped, reordered or
+    reset (``self.keys`` reassigned) is copied into a new buffer at its next update."""
+
+    def __init__(self, room: int = 64):
+        super().__init__()
+        self.room = max(int(room), 1)
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._filled: torch.Tensor | None = None  # the keys view last handed out
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, new = self.get_seq_length(), key_states.shape[-2]
+        buffers = self._buffers
+        if (buffers is None or self.keys is not self._filled or n + new > buffers[0].shape[-2]
+                or buffers[0].shape[:-2] != key_states.shape[:-2]):
+            shape = (*key_states.shape[:-2], n + new + self.room, key_states.shape[-1])
+            buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+            if n:
+                buffers[0][..., :n, :].copy_(self.keys)
+                buffers[1][..., :n, :].copy_(self.values)
+            self._buffers = buffers
+        buffers[0][..., n:n + new, :].copy_(key_states)
+        buffers[1][..., n:n + new, :].copy_(value_states)
+        self.keys, self.values = buffers[0][..., :n + new, :], buffers[1][..., :n + new, :]
+        self._filled = self.keys
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self._buffers = None
+        super().reset()
+
+
+def append_cache(model, room: int) -> DynamicCache:
+    """A ``DynamicCache`` for ``model`` whose full-attention layers are :class:`AppendLayer` s
+    with ``room`` positions to grow before a copy (the new tokens a ``generate`` call may add);
+    sliding-window and other special layers stay as transformers builds them."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [AppendLayer(room) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    if cache.layer_class_to_replicate is DynamicLayer:  # a config that names no layer types: built lazily
+        cache.layer_class_to_replicate = functools.partial(AppendLayer, room)
+    return cache
+
+
+@contextlib.contextmanager
+def appending_cache(model, room: int):
+    """Within it, ``model.generate`` (a transformers or PEFT model; TRL's HF generation calls it)
+    gets an :func:`append_cache` unless the call passes a cache or its generation config names
+    one (``cache_implementation``, e.g. TRL's ``cache_implementation`` option)."""
+    inner = model.generate
+
+    def generate(*args, **kwargs):
+        config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+        if kwargs.get("past_key_values") is None and getattr(config, "cache_implementation", None) in (None, "dynamic"):
+            kwargs["past_key_values"] = append_cache(model, room)
+        return inner(*args, **kwargs)
+
+    own = vars(model).get("generate")  # an instance's own generate (a wrapper already), put back after
+    model.generate = generate
+    try:
+        yield model
+    finally:
+        if own is None:
+            del model.generate
+        else:
+            model.generate = own
 
 
 class HFGenerator:
@@ -119,8 +197,9 @@ class HFGenerator:
             for start in range(0, len(jobs), self.batch_size):
                 batch = jobs[start : start + self.batch_size]
                 ids, mask = left_pad([encoded[i] for i, _ in batch], self.pad_id, self.width_multiple)
+                cache = {} if self.cache == "static" else {"past_key_values": append_cache(self.model, max_new_tokens)}
                 generated = self.model.generate(
-                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device), generation_config=config
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device), generation_config=config, **cache
                 )
                 for (i, j), row in zip(batch, generated[:, ids.shape[1] :].tolist()):
                     out[i][j] = self._completion(row)

@@ -351,7 +351,7 @@ class Config(_Section):
     study: str
     description: str
     seed: Seed
-    workers: PosInt = Field(description="training / evaluation runs at once, each in its own process")
+    workers: PosInt = Field(description="training / evaluation runs at once, each in its own process; on a CPU, the processes the probe's chunks are generated in")
     gpu: str = Field(description="the GPU a cuda study is planned for (diffgrpo.study.plan.GPUS); --plan checks it fits")
     plugins: list[str] = Field(description="Python files or modules registering policies and rewards")
     model: ModelConfig

@@ -18,6 +18,7 @@ from trl.trainer.utils import RepeatSampler
 
 from diffgrpo.store import artifacts, layout
 from diffgrpo.models import devices
+from diffgrpo.models.generation import appending_cache
 from diffgrpo.params import Config
 from diffgrpo.train.levels import Level
 from diffgrpo.online import Method
@@ -242,9 +243,11 @@ class Trainer(GRPOTrainer):
 
     def _generate_single_turn(self, *args, **kwargs):
         # TRL 1.16: the one place that calls model.generate (HF) or vLLM for a batch of prompts
-        if self.use_vllm or not self.merge_for_generation:
+        if self.use_vllm:
             return super()._generate_single_turn(*args, **kwargs)
-        with merged_lora(self.model):
+        # HF: a KV cache that appends in place (generation.append_cache), the LoRA merged if asked
+        with (merged_lora(self.model) if self.merge_for_generation else contextlib.nullcontext(),
+              appending_cache(self.model, self.max_completion_length)):
             return super()._generate_single_turn(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
