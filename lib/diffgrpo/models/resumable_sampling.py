@@ -73,8 +73,7 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
     for i, (chunk, part) in enumerate(zip(chunks, parts)):
         if _readable(part) is None and (pool is None or _claim(part)):
             _generate_chunk(generator, task, chunk, i, sampling, part)
-        bar.n = sum(len(c) for c, p in zip(chunks, parts) if p.exists())
-        bar.refresh()
+        bar.update(sum(len(c) for c, p in zip(chunks, parts) if p.exists()) - bar.n)  # the helpers' chunks too
     by_helpers = 0
     for future in futures:
         try:
@@ -93,7 +92,7 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
             frame = pd.read_parquet(part)  # as a resumed run reads it
         done.append(frame)
         part.with_suffix(".claim").unlink(missing_ok=True)
-    bar.n = len(rows)
+    bar.update(len(rows) - bar.n)
     bar.close()
     return pd.concat(done, ignore_index=True) if done else pd.DataFrame(columns=SAMPLE_COLUMNS)
 
