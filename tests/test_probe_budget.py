@@ -50,6 +50,28 @@ def test_adaptive_probing_stops_flat_prompts_early_and_says_what_it_cost(pool):
     assert hard["overlap_pct"] >= 100 * (8 - stopped_at_zero) / 8 - 1e-9
 
 
+@pytest.mark.parametrize("rule", probe_budget.ADAPTIVE_RULES + ((3, 0.25, 0.8),))
+@pytest.mark.parametrize("k", [1, 2, 4, 8, 10])
+def test_adaptive_stopping_follows_its_rule_prompt_by_prompt(rule, k):
+    """The stopping rule evaluated once per (round end, successes) stops each prompt where the
+    rule, applied to that prompt's own samples round by round, stops it."""
+    from scipy.stats import beta
+
+    round_size, edge, confidence = rule
+    rng = np.random.default_rng(k)
+    x = (rng.uniform(size=(300, k)) < rng.uniform(size=(300, 1))).astype(float)
+    expected = []
+    for row in x:
+        stop = [m for m in range(round_size, k, round_size)
+                if max(beta.cdf(edge, 1 + row[:m].sum(), 1 + m - row[:m].sum()),
+                       beta.sf(1 - edge, 1 + row[:m].sum(), 1 + m - row[:m].sum())) >= confidence]
+        expected.append(stop[0] if stop else k)
+    taken = probe_budget.adaptive_n(x, round_size, edge, confidence)
+    assert taken.tolist() == expected
+    if rule == probe_budget.ADAPTIVE_RULES[0] and k >= 8:
+        assert (taken < k).any() and (taken == k).any()  # some prompts stop early, not all
+
+
 def test_a_prompt_short_of_samples_is_named():
     bad = samples([[0, 1], [1, 1]]).iloc[:-1]
     with pytest.raises(ValueError, match="q01"):

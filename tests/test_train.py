@@ -453,14 +453,18 @@ def test_merged_lora_restores_the_base_weights_bit_for_bit(tiny_model):
     ids = torch.randint(5, 200, (3, 12))
     with torch.no_grad():
         unmerged = peft_model(input_ids=ids).logits
+        attn = peft_model.base_model.model.model.layers[0].self_attn
+        layer = attn.q_proj
         with train.merged_lora(peft_model):
             merged = peft_model(input_ids=ids).logits
-            layer = peft_model.base_model.model.model.layers[0].self_attn.q_proj
             assert layer.merged
+            assert attn.q_proj is layer.get_base_layer()  # the model calls the merged base layer itself
             assert not torch.equal(layer.get_base_layer().weight, before[
                 "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+            through_peft = layer(torch.ones(2, layer.in_features))  # what PEFT's merged layer computes
+            assert torch.equal(through_peft, attn.q_proj(torch.ones(2, layer.in_features)))
         after = peft_model(input_ids=ids).logits
-    assert not layer.merged
+    assert attn.q_proj is layer and not layer.merged
     assert all(torch.equal(before[k], v) for k, v in peft_model.state_dict().items())  # exact, no rounding residue
     assert torch.equal(after, unmerged)
     assert torch.allclose(merged, unmerged, atol=1e-5)  # the same function, up to float rounding

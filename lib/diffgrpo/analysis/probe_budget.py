@@ -89,17 +89,19 @@ def first_samples_p_hat(x: np.ndarray, taken: np.ndarray) -> np.ndarray:
 
 
 def adaptive_n(x: np.ndarray, round_size: int, edge: float, confidence: float) -> np.ndarray:
-    """Samples the adaptive probe takes of each prompt (rows of ``x``, 0/1 in sample order)."""
+    """Samples the adaptive probe takes of each prompt (rows of ``x``, 0/1 in sample order): the
+    first round end m (< K) at which the Beta(1 + s, 1 + m - s) posterior of its s correct of m
+    puts ``confidence`` on p < ``edge`` or on p > 1 - ``edge``; K where none does. The test
+    depends on (m, s) alone, so it is computed once per pair, not once per prompt."""
     k = x.shape[1]
-    taken = np.full(len(x), k)
-    for i, row in enumerate(x):
-        for m in range(round_size, k, round_size):
-            s = row[:m].sum()
-            low, high = beta.cdf(edge, 1 + s, 1 + m - s), beta.sf(1 - edge, 1 + s, 1 + m - s)
-            if max(low, high) >= confidence:
-                taken[i] = m
-                break
-    return taken
+    ends = np.arange(round_size, k, round_size)
+    if len(ends) == 0:
+        return np.full(len(x), k)
+    m, s = np.meshgrid(ends, np.arange(k + 1), indexing="ij")  # s > m never occurs
+    stops = np.maximum(beta.cdf(edge, 1 + s, 1 + m - s), beta.sf(1 - edge, 1 + s, 1 + m - s)) >= confidence
+    correct = np.rint(np.cumsum(x, axis=1)[:, ends - 1]).astype(int)  # s at each round end, per prompt
+    stopped = stops[np.arange(len(ends)), correct]  # prompts x round ends
+    return np.where(stopped.any(axis=1), ends[stopped.argmax(axis=1)], k)
 
 
 def adaptive(samples: pd.DataFrame, n: int, seed: int = 0, round_size: int = 2, edge: float = 0.3,

@@ -50,11 +50,12 @@ SOCKET_ENV = "DIFFGRPO_WARM_KERNEL"
 #: where the launcher writes the forked kernel's CPU seconds (set by the executor per job)
 CPU_ENV = "DIFFGRPO_KERNEL_CPU"
 #: what the server imports before forking: what every stage notebook's kernel imported first
+#: (``diffgrpo.train`` is lazy: ``diffgrpo.train.launch`` is what brings TRL, 1 s a training kernel)
 PRELOAD = (
     "ipykernel.kernelapp", "ipykernel.ipkernel", "IPython", "numpy", "pandas", "pyarrow.parquet",
     "scipy.stats", "matplotlib", "matplotlib.figure", "torch", "transformers",
     "diffgrpo.study.notebooks", "diffgrpo.params", "diffgrpo.store.layout", "diffgrpo.probe",
-    "diffgrpo.select", "diffgrpo.train", "diffgrpo.evaluate", "diffgrpo.models.embedded",
+    "diffgrpo.select", "diffgrpo.train", "diffgrpo.train.launch", "diffgrpo.evaluate", "diffgrpo.models.embedded",
     "diffgrpo.analysis.report", "diffgrpo.analysis.papers", "diffgrpo.analysis.sections",
     "diffgrpo.study.graph", "diffgrpo.study.plan",
 )
