@@ -234,3 +234,30 @@ def test_a_training_that_spans_several_gpus_gets_them_and_the_others_one_each(tm
         for b in ran:
             if a < b and set(given[a]) & set(given[b]):
                 assert ran[a]["end"] <= ran[b]["start"] or ran[b]["end"] <= ran[a]["start"], (a, b)
+
+
+@dataclass(frozen=True)
+class EnvJob(executors.NotebookJob):
+    """Writes the allocator variables it started with to ``<out_path>``."""
+
+    def argv(self, kernel):
+        return [sys.executable, "-c", "import json, os; json.dump({k: v for k, v in os.environ.items() "
+                f"if k.startswith('MALLOC_')}}, open({str(self.out_path)!r}, 'w'))"]
+
+
+def test_a_cpu_study_starts_its_jobs_with_the_allocator_that_reuses_pages(tmp_path, monkeypatch):
+    """A CPU study's jobs (and their kernels, through the fork server) start with glibc told to
+    keep freed memory for reuse (executors.CPU_ALLOCATOR); a GPU study's do not; a variable the
+    user set wins."""
+    for name in executors.CPU_ALLOCATOR:
+        monkeypatch.delenv(name, raising=False)
+    cpu = executors.local_executor([(params.load("tiny"), None)])
+    cuda = executors.local_executor([(params.load("gpu_smoke"), None)])
+    assert cpu.env == executors.CPU_ALLOCATOR and cuda.env == {}
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "4096")
+    for name, ex in (("cpu", cpu), ("cuda", cuda)):
+        ex.progress = False
+        ex.run([EnvJob(name, "03_train", tmp_path / f"{name}.json", {}, ())])
+    seen = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("cpu", "cuda")}
+    assert seen["cpu"] == {**executors.CPU_ALLOCATOR, "MALLOC_TOP_PAD_": "4096"}
+    assert seen["cuda"] == {"MALLOC_TOP_PAD_": "4096"}

@@ -121,6 +121,7 @@ class WaitsForAHelper:
         return self.inner.generate(*args, **kwargs)
 
 
+@pytest.mark.e2e  # a helper process: its interpreter, imports and model (about 10 s)
 def test_chunks_shared_with_a_helper_process_sample_what_one_process_samples(cfg, tmp_path, caplog, capsys, monkeypatch):
     """The probe on a CPU with workers: 2 (sampling.Helpers): a chunk is seeded by its index, so
     whichever process generates it the samples are the same, bit for bit."""
@@ -146,6 +147,7 @@ def _no_model():
     raise RuntimeError("no model here")
 
 
+@pytest.mark.e2e  # a helper process starts (its imports) and fails
 def test_a_helper_that_fails_leaves_its_chunks_to_the_caller(cfg, tmp_path, caplog):
     rows, task = splits.load_pool(cfg).iloc[:12], splits.task_of(cfg)
     gen = ScriptedGenerator(task, rows)
