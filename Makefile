@@ -50,15 +50,15 @@ results: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2
+	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## make test with each tier's seconds and the 30 slowest tests printed at the end (tests/conftest.py)
 test-times: $(STAMP)
-	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2
+	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider -n 2
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)
