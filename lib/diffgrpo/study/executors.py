@@ -158,9 +158,8 @@ class LocalExecutor:
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
         # a fork server only for jobs that start a notebook's kernel (a job with its own argv starts none)
-        base_env = {**self.env, **os.environ}
         server = _warm_server(self.warm and any(j.stage in STAGES and type(j).argv is NotebookJob.argv for j in jobs),
-                              base_env)
+                              {**self.env, **os.environ})
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
@@ -171,7 +170,7 @@ class LocalExecutor:
                     ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
-                    env = {**base_env, DIE_WITH_ENV: str(parent)}
+                    env = {**self.env, **os.environ, DIE_WITH_ENV: str(parent)}
                     if server is not None:
                         env[warm.SOCKET_ENV] = server.path
                         env[warm.CPU_ENV] = str(_kernel_cpu_file(server, ready))
