@@ -7,13 +7,23 @@
 ``diffgrpo.params`` is the public name: ``params.load("embedded")`` gives a study's Config.
 """
 
-from .cluster import STAGES
-from .files import DEFAULTS_FILE, ParamsError, load_plugin, params_dir, parse_overrides, read_yaml_value, resolve
-from .schema import (DERIVED_GRPO_OPTIONS, NAMED_ARMS, SAFE_NAME, TEST_SET, TREATMENTS, AnalyzeConfig, ArmConfig,
-                     Config, DatasetConfig, EvalSetConfig, EvaluateConfig, LevelParams, ModelConfig, ProbeConfig,
-                     TrainConfig, bare_arm, budget_size, build, dump, get, load)
+import importlib
 
-__all__ = ["DEFAULTS_FILE", "DERIVED_GRPO_OPTIONS", "NAMED_ARMS", "SAFE_NAME", "TEST_SET", "TREATMENTS",
-           "AnalyzeConfig", "ArmConfig", "Config", "DatasetConfig", "EvalSetConfig", "EvaluateConfig", "LevelParams",
-           "ModelConfig", "ParamsError", "ProbeConfig", "STAGES", "TrainConfig", "bare_arm", "budget_size", "build", "dump",
-           "get", "load", "load_plugin", "params_dir", "parse_overrides", "read_yaml_value", "resolve"]
+#: each public name and the submodule that defines it, imported on first use (PEP 562): a study's
+#: notebook job processes import :mod:`.stages` alone and skip pydantic and pandas
+_PUBLIC = {
+    "STAGES": "stages",
+    **dict.fromkeys(("DEFAULTS_FILE", "ParamsError", "load_plugin", "params_dir", "parse_overrides",
+                     "read_yaml_value", "resolve"), "files"),
+    **dict.fromkeys(("DERIVED_GRPO_OPTIONS", "NAMED_ARMS", "SAFE_NAME", "TEST_SET", "TREATMENTS", "AnalyzeConfig",
+                     "ArmConfig", "Config", "DatasetConfig", "EvalSetConfig", "EvaluateConfig", "LevelParams",
+                     "ModelConfig", "ProbeConfig", "TrainConfig", "bare_arm", "budget_size", "build", "dump", "get",
+                     "load"), "schema"),
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)

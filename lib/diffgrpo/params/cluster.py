@@ -31,9 +31,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from diffgrpo.params.files import ParamsError
+from diffgrpo.params.stages import STAGES
 
-#: a study's stages in order, each a notebook (``notebooks/<stage>.ipynb``, diffgrpo.study.notebooks)
-STAGES = ("01_probe", "02_select", "03_train", "04_evaluate", "05_analyze")
 Stage = Literal["01_probe", "02_select", "03_train", "04_evaluate", "05_analyze"]
 assert Stage.__args__ == STAGES  # type: ignore[attr-defined]
 

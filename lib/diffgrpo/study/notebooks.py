@@ -14,7 +14,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from diffgrpo.params.cluster import STAGES
+from diffgrpo.params.stages import STAGES
 from diffgrpo.store.artifacts import checkout_root
 
 KERNEL = "diffgrpo"
