@@ -71,7 +71,7 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
     futures = [pool.submit(_helper_chunk, task, chunks[i], i, sampling, parts[i]) for i in missing] if pool else []
     bar = progress_bars.bar(len(rows), desc, unit="prompt", disable=not progress)
     for i, (chunk, part) in enumerate(zip(chunks, parts)):
-        if _readable(part) is None and (pool is None or _claim(part)):
+        if not part.exists() and (pool is None or _claim(part)):  # a damaged one is redone below
             _generate_chunk(generator, task, chunk, i, sampling, part)
         bar.update(sum(len(c) for c, p in zip(chunks, parts) if p.exists()) - bar.n)  # the helpers' chunks too
     by_helpers = 0

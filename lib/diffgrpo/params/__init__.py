@@ -7,7 +7,7 @@
 ``diffgrpo.params`` is the public name: ``params.load("embedded")`` gives a study's Config.
 """
 
-import importlib
+from diffgrpo import lazy_names
 
 #: each public name and the submodule that defines it, imported on first use (PEP 562): a study's
 #: notebook job processes import :mod:`.stages` alone and skip pydantic and pandas
@@ -22,8 +22,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)

@@ -11,7 +11,7 @@ cost, the probe charged), :mod:`.records` (groups and steps; learnable %); paper
         --set train.num_processes=4
 """
 
-import importlib
+from diffgrpo import lazy_names
 
 #: the package's public names and the module of each: loaded on first use, so that reading a
 #: study's levels (:mod:`.levels`, which the plan does) imports neither TRL nor PEFT
@@ -26,8 +26,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = lazy_names(__name__, _PUBLIC)
