@@ -251,6 +251,11 @@ class ArtifactError(RuntimeError):
     """A file under outputs/ that is damaged (unreadable, or not what its manifest recorded)."""
 
 
+class SchemaMismatch(ArtifactError):
+    """A table that reads but lacks a column the code asks for: the code and the file disagree
+    (a bug to report), not damage that rerunning the stage would repair."""
+
+
 #: the stage that writes the files under each folder of a study (``probe/``, ``runs/``...)
 _WRITERS = {"probe": "01_probe", "select": "02_select", "runs": "03_train", "eval": "04_evaluate",
             "report": "05_analyze"}
@@ -305,8 +310,28 @@ def read_parquet(path: str | os.PathLike, stage: str, verify: bool = True, **kwa
     try:
         return pd.read_parquet(path, **kwargs)
     except Exception as err:
+        missing_columns(path, kwargs.get("columns"), stage)
         raise ArtifactError(f"{path}: damaged, cannot be read ({type(err).__name__}: {err}); rerun the "
                             f"{stage} stage, which finds the damage and rebuilds it") from None
+
+
+def missing_columns(path: Path, columns: list[str] | None, stage: str) -> None:
+    """Raise :class:`SchemaMismatch` when the parquet file ``path`` reads but has none of
+    ``columns`` that the code asked for (nothing when its schema cannot be read: damage)."""
+    if not columns:
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        found = list(pq.read_schema(path).names)
+    except Exception:
+        return
+    missing = [c for c in columns if c not in found]
+    if missing:
+        raise SchemaMismatch(
+            f"{path}: schema mismatch, not damage: the code asks for column(s) {missing}, the file has "
+            f"{found}. The {stage} stage wrote it as it should; rerunning it will not help. This is a bug "
+            "in diffgrpo (a reader and a writer disagree): please report it with this message")
 
 
 def check_digest(path: str | os.PathLike, stage: str) -> None:

@@ -158,10 +158,11 @@ def probe_prompt_ids(probe_dir: Path, part: str = "all") -> set[str] | None:
     """The pool prompts the probe in ``probe_dir`` computed a reward for (its ``prompts.parquet``;
     ``part="one_sample"``: the greedy pass's ``one_sample.parquet`` where it is there, the same
     pool), or None when neither file is there."""
-    names = (layout.ONE_SAMPLE, layout.PROMPTS) if part == "one_sample" else (layout.PROMPTS,)
-    for name in names:
+    # one_sample.parquet is a table of completions (``prompt_id``), prompts.parquet one of prompts (``id``)
+    names = ((layout.ONE_SAMPLE, "prompt_id"), (layout.PROMPTS, "id")) if part == "one_sample" else ((layout.PROMPTS, "id"),)
+    for name, column in names:
         if (probe_dir / name).exists():
-            return set(artifacts.read_parquet(probe_dir / name, "01_probe", columns=["id"])["id"])
+            return set(artifacts.read_parquet(probe_dir / name, "01_probe", columns=[column])[column])
     return None
 
 
