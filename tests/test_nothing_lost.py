@@ -126,6 +126,11 @@ def checkout(tmp_path, monkeypatch, export_dir) -> Path:
     return root
 
 
+def beside(folder: Path) -> list[str]:
+    """What docs/results holds beside the study's folder, less the study's lock (kept, like every lock)."""
+    return sorted(p.name for p in folder.parent.iterdir() if p.name != f".{folder.name}.lock")
+
+
 def _fake_render(fail: bool):
     """A render that writes one report file into ``out``, then fails (a run extended after its
     evaluation) or returns."""
@@ -147,7 +152,7 @@ def test_a_failed_render_in_make_results_leaves_the_old_inputs_and_report(checko
     with pytest.raises(ValueError, match="scores an earlier training"):
         inputs.results("embedded")
     assert tree(folder) == before
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]  # nothing half-built left
+    assert beside(folder) == ["embedded"]  # nothing half-built left
 
 
 def test_make_results_swaps_the_pair_in_and_keeps_the_hand_written_files(checkout, monkeypatch):
@@ -161,7 +166,7 @@ def test_make_results_swaps_the_pair_in_and_keeps_the_hand_written_files(checkou
     assert (folder / "table1_gain.md").read_text() == "today's\n" and not (folder / "arms.md").exists()
     assert inputs.written_before(folder / "inputs", inputs.EXPORTED) == set(sizes)
     assert (folder / layout.TIMINGS).read_text().strip().endswith("}") and "2.0" in (folder / layout.TIMINGS).read_text()
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]
+    assert beside(folder) == ["embedded"]
 
 
 def test_an_interrupted_swap_is_undone_by_the_next_make_results(checkout, monkeypatch):
@@ -172,7 +177,7 @@ def test_an_interrupted_swap_is_undone_by_the_next_make_results(checkout, monkey
     monkeypatch.setattr(inputs, "render", _fake_render(fail=True))
     with pytest.raises(ValueError):
         inputs.results("embedded")
-    assert tree(folder) == before and sorted(p.name for p in folder.parent.iterdir()) == ["embedded"]
+    assert tree(folder) == before and beside(folder) == ["embedded"]
 
 
 def test_make_results_refuses_a_committed_report_file_no_render_wrote(checkout, monkeypatch):

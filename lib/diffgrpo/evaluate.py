@@ -159,7 +159,7 @@ def checkpoints(run_dir: Path) -> dict[int, Path]:
     """A run's saved adapters by step."""
     found = layout.list_checkpoints(run_dir / layout.CHECKPOINTS)
     if not found:
-        raise FileNotFoundError(f"{run_dir / layout.CHECKPOINTS}: no adapter checkpoints; train this run first")
+        raise layout.NotRunYet(f"{run_dir / layout.CHECKPOINTS}: no adapter checkpoints; train this run first (03_train)")
     return found
 
 
@@ -170,7 +170,7 @@ def check_finished(run_dir: Path, max_steps: int) -> dict:
     folder = RunFolder(run_dir)
     path = folder.manifest_path
     if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no training run here; run the train stage (03_train) first")
+        raise layout.NotRunYet(f"{run_dir}: no training run here; run the train stage (03_train) first")
     m = artifacts.read_manifest(path, "03_train")
     if not run_folder.finished(m, max_steps):
         raise RuntimeError(
@@ -238,7 +238,7 @@ def _with_base_rows(cfg: Config, arm: str, seed: int, base: pd.DataFrame, steps:
 def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: str = TEST_SET) -> pd.DataFrame:
     path = (out_dir or layout.eval_dir(cfg, rid, eval_set)) / layout.EVAL_SUMMARY
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no evaluation of {rid!r} on set {eval_set!r}; run the evaluate stage")
+        raise layout.NotRunYet(f"{path}: no evaluation of {rid!r} on set {eval_set!r}; run the evaluate stage (04_evaluate)")
     return artifacts.read_parquet(path, "04_evaluate")
 
 

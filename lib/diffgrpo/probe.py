@@ -137,7 +137,7 @@ def read_prompts(cfg: Config) -> pd.DataFrame:
     """The per-prompt probe results for this config; a clear error when there are none."""
     path = layout.probe_dir(cfg) / layout.PROMPTS
     if not path.exists():
-        raise FileNotFoundError(
+        raise layout.NotRunYet(
             f"{path}: no probe for model {cfg.model.name!r} on {cfg.dataset.task!r} with these settings; "
             "run the probe stage (01_probe) first"
         )
@@ -151,7 +151,7 @@ def read_test_prompts(cfg: Config) -> pd.DataFrame | None:
         return None
     path = layout.probe_dir(cfg, "test") / layout.PROMPTS
     if not path.exists():
-        raise FileNotFoundError(f"{path}: probe.test is on but the test set is not probed yet; run the probe stage "
+        raise layout.NotRunYet(f"{path}: probe.test is on but the test set is not probed yet; run the probe stage "
                                 "(01_probe) first")
     return artifacts.read_parquet(path, "01_probe")
 

@@ -150,6 +150,6 @@ def read_selections(cfg: Config) -> dict[str, pd.DataFrame]:
         for seed in cfg.train.seeds if per_seed(arm.select) else [None]:
             path = layout.selection_file(cfg, arm.name, seed)
             if not path.exists():
-                raise FileNotFoundError(f"{path}: no selection for arm {arm.name!r}; run the select stage")
+                raise layout.NotRunYet(f"{path}: no selection for arm {arm.name!r}; run the select stage (02_select)")
             out[arm.name if seed is None else layout.run_id(arm.name, seed)] = artifacts.read_parquet(path, "02_select")
     return out

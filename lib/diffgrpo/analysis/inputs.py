@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
-import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from diffgrpo import params, select
+from diffgrpo import errors, params, select
 from diffgrpo.params import Config
 from diffgrpo.store import artifacts, layout
 
@@ -66,8 +68,52 @@ RESULTS = Path("docs") / "results"
 
 
 def results_dir(study: str) -> Path:
-    """``docs/results/<study>/`` of the checkout in use."""
-    return artifacts.checkout_root() / RESULTS / study
+    """``docs/results/<study>/`` of the checkout in use; ``study`` a plain name (:func:`check_study`)."""
+    return artifacts.checkout_root() / RESULTS / check_study(study)
+
+
+def check_study(study: str) -> str:
+    """``study`` when it is a study's name (:data:`diffgrpo.params.SAFE_NAME`, the rule of the
+    params key ``study``); a path (``/abs/outputs/tiny``, ``../x``) is refused before any work:
+    ``make results`` read it as a study, then renamed and deleted it, or wrote outside docs/results."""
+    if not params.SAFE_NAME.fullmatch(study):
+        plain = Path(study).name
+        hint = f" (STUDY={plain})" if params.SAFE_NAME.fullmatch(plain) else ""
+        raise params.ParamsError(f"STUDY={study!r}: not a study's name; name the study{hint}, not a path: a letter "
+                                 "or digit followed by letters, digits, `.`, `_` or `-` (no `/`, no `..`, not "
+                                 "absolute); make results reads outputs/<study> and writes docs/results/<study>")
+    return study
+
+
+#: this process's locks of committed reports (:func:`writing`), so results' own export and render
+#: enter the lock it holds
+_HELD: set[Path] = set()
+
+
+@contextmanager
+def writing(dest: Path) -> Iterator[None]:
+    """Hold the lock of the committed report ``dest`` lies in (``docs/results/<study>/``, its
+    ``inputs/``, or :func:`results`' ``.<study>.building``): one writer per study at a time, so
+    two ``make results`` (or an export or render beside one) never remove each other's files; a
+    second is refused, naming the folder and the holder's pid (:func:`diffgrpo.store.artifacts.exclusive`).
+    A destination outside docs/results is the caller's and takes no lock."""
+    root = (artifacts.checkout_root() / RESULTS).resolve()
+    try:
+        first = Path(dest).resolve().relative_to(root).parts[0]
+    except (ValueError, IndexError):  # not inside a study's folder of docs/results
+        yield
+        return
+    swap = re.fullmatch(r"\.(.+)\.(?:building|replaced)", first)
+    folder = root / (swap.group(1) if swap else first)
+    if folder in _HELD:
+        yield
+        return
+    with artifacts.exclusive(folder):
+        _HELD.add(folder)
+        try:
+            yield
+        finally:
+            _HELD.discard(folder)
 
 
 def config(study_dir: Path) -> Config:
@@ -122,8 +168,14 @@ def export(study_dir: Path, dest: Path) -> dict[str, int]:
 
     ``dest`` records what it wrote (:data:`EXPORTED`); a later export removes those files and no
     other: a ``dest`` holding a file no export recorded (a study folder, arguments swapped) is
-    refused, naming the file, before anything is changed."""
+    refused, naming the file, before anything is changed. One writer per committed report at a
+    time (:func:`writing`)."""
     study_dir, dest = Path(study_dir), Path(dest)
+    with writing(dest):
+        return _export(study_dir, dest)
+
+
+def _export(study_dir: Path, dest: Path) -> dict[str, int]:
     cfg = config(study_dir)
     if cfg.analyze.compare:
         raise ValueError(f"{study_dir}: analyze.compare = {list(cfg.analyze.compare)}: a grid's report reads other "
@@ -207,10 +259,16 @@ def render(inputs: Path, out: Path) -> list[str]:
     :data:`COMMITTED` files written into ``out``; return their names. ``out`` records them
     (:data:`RENDERED`): a report file an earlier render recorded and this one does not write is
     removed; a report file there that no render recorded (``render <inputs> docs``) is refused,
-    naming it, before anything is written; other files are left alone."""
+    naming it, before anything is written; other files are left alone. One writer per committed
+    report at a time (:func:`writing`)."""
+    inputs, out = Path(inputs), Path(out)
+    with writing(out):
+        return _render(inputs, out)
+
+
+def _render(inputs: Path, out: Path) -> list[str]:
     from diffgrpo.analysis import report
 
-    inputs, out = Path(inputs), Path(out)
     cfg = config(inputs)
     if out.is_dir():
         _clear_check(out, RENDERED, sorted(report_files(out)))  # refused before the minutes of a render
@@ -278,12 +336,20 @@ def results(study: str) -> dict[str, int]:
 
     The new inputs and report are built beside the old ones (``docs/results/.<study>.building``,
     with the old folder's other files copied in) and swapped in, folder for folder, only after the
-    render succeeded: a failed or interrupted render leaves the old pair as it was."""
-    source, folder = artifacts.outputs_root() / study, results_dir(study)
+    render succeeded: a failed or interrupted render leaves the old pair as it was. ``study`` is a
+    name (:func:`check_study`), and one ``make results`` of it runs at a time (:func:`writing`):
+    a second is refused before it touches anything."""
+    folder = results_dir(study)
+    source = artifacts.outputs_root() / study
     if not (source / "report" / layout.PARAMS).is_file():
         raise FileNotFoundError(f"{source}: no analysed study {study!r} there (no report/{layout.PARAMS}); run "
                                 f"`make study STUDY={study}` first, or name one of "
                                 f"{sorted(p.parent.parent.name for p in source.parent.glob('*/report/' + layout.PARAMS))}")
+    with writing(folder):
+        return _results(source, folder)
+
+
+def _results(source: Path, folder: Path) -> dict[str, int]:
     building, replaced = _recover(folder)
     if folder.exists():
         _check_replaceable(folder)
@@ -365,17 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("results", help="both, outputs/<study> into docs/results/<study>")
     b.add_argument("study")
     args = ap.parse_args(argv)
-    try:
-        return _command(args)
-    except (FileExistsError, FileNotFoundError, artifacts.ArtifactError, artifacts.OutputsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        line = artifacts.storage_problem(err)
-        if line is None:
-            raise
-        print(f"error: {line}; make results swaps nothing in before its render succeeded", file=sys.stderr)
-        return 2
+    swapped = "make results swaps nothing in before its render succeeded"
+    return errors.run(lambda: _command(args), stopped=f"stopped; rerun the same command ({swapped})",
+                      also=(FileExistsError, FileNotFoundError, ValueError), storage_note=swapped)
 
 
 def _command(args: argparse.Namespace) -> int:

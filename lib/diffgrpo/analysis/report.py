@@ -79,7 +79,7 @@ def find_runs(study_dir: Path, run_ids: Iterable[str] | None = None) -> tuple[li
         wanted = set(run_ids)
         paths = [p for p in paths if p.parent.name in wanted]
     if not paths:
-        raise FileNotFoundError(f"no runs/<run_id>/manifest.json under {study_dir}: run the train stage first")
+        raise layout.NotRunYet(f"no runs/<run_id>/manifest.json under {study_dir}: run the train stage (03_train) first")
     manifests = [{**read_json(p), "run_id": p.parent.name} for p in paths]
     done = [m.get("status") == "complete" for m in manifests]
     untrained = sorted(set(run_ids or []) - {m["run_id"] for m in manifests})  # planned, never trained
@@ -149,7 +149,7 @@ def selection_p_hat(study_dir: Path) -> pd.DataFrame:
     """p_hat of every selected prompt, per arm (the data behind the p_hat figure)."""
     files = sorted(layout.selections_dir(study_dir).glob("*.parquet"))
     if not files:
-        raise FileNotFoundError(f"no select/<arm>.parquet under {study_dir}: run the select stage first")
+        raise layout.NotRunYet(f"no select/<arm>.parquet under {study_dir}: run the select stage (02_select) first")
     frames = [read_parquet(f, "02_select").pipe(_selection_rows, f.stem) for f in files]
     return _sorted(pd.concat(frames, ignore_index=True), "id")
 

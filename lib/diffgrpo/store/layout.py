@@ -61,6 +61,11 @@ TIMINGS = "timings.json"
 SLURM_JOBS = "jobs.json"
 
 
+class NotRunYet(FileNotFoundError):
+    """A file of a study that the stage writing it has not written yet: the message names the
+    stage to run first (``python -m diffgrpo.train`` before the select stage)."""
+
+
 def study_dir(cfg: Config) -> Path:
     """``<outputs>/<study>``: a folder strictly inside the outputs root (``params`` checks the
     name, :data:`diffgrpo.params.SAFE_NAME`; this checks the path it makes)."""

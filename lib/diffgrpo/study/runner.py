@@ -38,11 +38,10 @@ from diffgrpo.params import cluster
 from diffgrpo.models import resolve
 from diffgrpo.analysis import power
 from diffgrpo.study import executors, plan, slurm
-from diffgrpo import params
+from diffgrpo import errors, params
 from diffgrpo.study.executors import Executor, NotebookJob
 from diffgrpo.study.graph import campaign_jobs, jobs
-from diffgrpo.study.notebooks import STAGES, NotebookParameterError, StageFailed
-from diffgrpo.tasks import TaskError
+from diffgrpo.study.notebooks import STAGES
 
 
 def notebook_parameters(params_file: str, overrides: dict, cfg: params.Config) -> dict:
@@ -272,25 +271,8 @@ def _timings(timings_file, per_job: dict, wall: float | None, cpu: dict | None =
 
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` for a terminal: a known error is one line naming the culprit (and, for a
-    failed notebook, the executed copy that holds the traceback), not a traceback."""
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        print("\nstopped; rerun the same command to resume", file=sys.stderr)
-        return 130
-    except StageFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except (params.ParamsError, resolve.ModelPathError, TaskError, NotebookParameterError, artifacts.OutputsError,
-            artifacts.FolderBusy, slurm.SlurmError, trackers.TrackerError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (OSError, RuntimeError) as err:  # a full disk, a read-only outputs folder: one line, what to do
-        line = artifacts.storage_problem(err)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+    failed notebook, the executed copy that holds the traceback), not a traceback (:mod:`diffgrpo.errors`)."""
+    return errors.run(lambda: main(argv), stopped="stopped; rerun the same command to resume")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from diffgrpo import params, rewards, select
-from diffgrpo.models import resolve as model_paths
+from diffgrpo import errors, params, select
 from diffgrpo.models import devices
 from diffgrpo.params import Config
 from diffgrpo.store import artifacts, layout
-from diffgrpo.train import ledger
 from diffgrpo.train import levels as eprli
 from diffgrpo.train import run as training
 
@@ -251,26 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: errors a run names in one line (what is wrong and what to do), not a traceback
-NAMED_ERRORS = (params.ParamsError, artifacts.FolderBusy, artifacts.OutputsError, artifacts.ArtifactError,
-                rewards.RewardError, ledger.LedgerError, model_paths.ModelPathError)
-
-
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` for a terminal (``python -m diffgrpo.train``): a busy run, a full disk, a
-    read-only outputs folder, a refused params value or reward is one line ``error: ...`` that
-    says what to do, not a traceback."""
-    try:
-        return main(argv)
-    except KeyboardInterrupt:
-        print("\nstopped; rerun the same command to resume from its last checkpoint", file=sys.stderr)
-        return 130
-    except NAMED_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (OSError, RuntimeError) as err:
-        line = artifacts.storage_problem(err)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        return 2
+    read-only outputs folder, a refused params value or reward, a run before its selection is one
+    line ``error: ...`` that says what to do, not a traceback (:mod:`diffgrpo.errors`)."""
+    return errors.run(lambda: main(argv), stopped="stopped; rerun the same command to resume from its last checkpoint")
