@@ -16,7 +16,7 @@ VLLM_STAMP := $(VENV_VLLM)/.installed-$(shell cksum requirements-gpu.txt | cut -
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study results test test-times test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
+.PHONY: study results reproduce test test-params test-times test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
         vllm-env test-vllm
 
 setup: $(STAMP)
@@ -41,6 +41,11 @@ study: $(STAMP)
 results: $(STAMP)
 	$(PY) -m diffgrpo.analysis.inputs results $(STUDY)
 
+## a committed study run afresh (outputs/reproduce/) and its report compared with docs/results/$(STUDY)/,
+## the machine's seconds excepted; exits 1 on any other difference (diffgrpo.study.reproduce)
+reproduce: $(STAMP)
+	$(PY) -m diffgrpo.study.reproduce $(STUDY)
+
 # Three tiers of tests (pytest markers in pyproject.toml; README "Tests"):
 #   make test-unit  the unit tests, under 2 minutes: leaves out `e2e` (a stage notebook run by nbval,
 #                   a model trained, a study started), `slow`, `cluster` and `download`
@@ -50,15 +55,20 @@ results: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	$(PY) -m pytest -m "not slow and not cluster and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+
+## every params file's own study, shrunk (diffgrpo.params.shrink), through every stage: the files whose report
+## is not committed (make test runs those that are); in CI (.ci/run), about 15 minutes
+test-params: $(STAMP)
+	$(PY) -m pytest -m params -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0 tests/test_every_params_file.py
 
 ## make test with each tier's seconds and the 30 slowest tests printed at the end (tests/conftest.py)
 test-times: $(STAMP)
-	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)
