@@ -38,6 +38,21 @@ def source(fn: Any) -> str:
         return f"{fn.__module__}.{getattr(fn, '__qualname__', fn.__name__)}"
 
 
+def source_file(fn: Any) -> str:
+    """The file that defines a registered function or class, for an error that names a plugin's
+    (a reward's, an online method's) return."""
+    try:
+        return inspect.getsourcefile(fn) or "its file unknown"
+    except TypeError:
+        return "its file unknown"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters: what a plugin returned, quoted in its error."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def code_digest(fn: Any) -> str:
     """sha256 of the code that decides ``fn``: for a plugin, its whole file and every file beside
     it that the file imports (recursively), so an edited helper is other code; for diffgrpo's own

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diffgrpo.registry import Registry, code_digest
+from diffgrpo.registry import Registry, code_digest, shown, source_file
 
 #: the reward of every arm that names none: the task verifier's score
 VERIFIER = "verifier"
@@ -120,7 +120,7 @@ def checked(name: str, values: Any, completions: Sequence | None, ids: Sequence 
     step = f" at step {run.step}" if run is not None else ""
     n = None if completions is None else len(completions)
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
-        raise RewardError(f"{where} returned {_short(values)}{step}: a reward returns a list of floats, one per "
+        raise RewardError(f"{where} returned {shown(values)}{step}: a reward returns a list of floats, one per "
                           f"completion ({n} here); fix the reward function")
     if n is not None and len(values) != n:
         raise RewardError(f"{where} returned {len(values)} values for {n} completions{step}: one float per "
@@ -130,23 +130,16 @@ def checked(name: str, values: Any, completions: Sequence | None, ids: Sequence 
         out[i] = float(v) if isinstance(v, (int, float, np.integer, np.floating, np.bool_)) else np.nan
         if not np.isfinite(out[i]):
             prompt = f" for prompt id {ids[i]!r}" if ids is not None and i < len(ids) else ""
-            raise RewardError(f"{where} returned {_short(v)}{prompt} (completion {i}){step}: a reward is a finite "
+            raise RewardError(f"{where} returned {shown(v)}{prompt} (completion {i}){step}: a reward is a finite "
                               "number per completion (not NaN, inf, None or text); fix the reward function, "
                               "nothing of this update was written")
     return out
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _source(name: str) -> str:
-    import inspect
-
     try:
-        return inspect.getsourcefile(get(name).fn) or "its file unknown"
-    except (TypeError, KeyError):
+        return source_file(get(name).fn)
+    except KeyError:
         return "not registered"
 
 

@@ -34,6 +34,11 @@ Your own method goes in a plugin file the params key ``plugins:`` names (docs/ex
         def keep(self, group):
             return group["learnable"] and group["reward_mean"] >= self.settings.low
 
+What a method returns inside training is checked as a reward's values are (:func:`chosen`,
+:func:`kept`, :func:`piloted`): ``choose`` gives as many ids of the run's prompts as the step has
+groups (fewer only with ``refills``), ``keep`` a bool, and an error in the method is one
+:class:`OnlineMethodError` naming the method, its file and the step, before any update.
+
 ``method: none`` is no method (training as in paper 003). Every draw is seeded by (run seed,
 step, method) and reads only the run's recorded groups, so a resumed run chooses what an
 uninterrupted one did. Pure functions of the history: no model, no TRL (tests/test_online.py).
@@ -42,8 +47,8 @@ uninterrupted one did. Pure functions of the history: no model, no TRL (tests/te
 from __future__ import annotations
 
 from diffgrpo.online.base import (
-    METHODS, NONE, FlatSettings, Frac, Method, OnlineMethodError, PosInt, Settings, build, get, names, register,
-    settings_class)
+    METHODS, NONE, FlatSettings, Frac, Method, OnlineMethodError, PosInt, Settings, build, chosen, get, kept, names,
+    piloted, register, settings_class)
 
 __all__ = ["METHODS", "NONE", "FlatSettings", "Frac", "Method", "OnlineMethodError", "PosInt", "Settings", "build",
-           "get", "names", "register", "settings_class"]
+           "chosen", "get", "kept", "names", "piloted", "register", "settings_class"]

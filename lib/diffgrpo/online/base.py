@@ -3,13 +3,15 @@ interface (:mod:`diffgrpo.online` says what a method declares)."""
 
 from __future__ import annotations
 
+import traceback
 import zlib
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from diffgrpo.registry import Registry
+from diffgrpo.registry import Registry, shown, source_file
 
 PosInt = Annotated[int, Field(ge=1)]
 Frac = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -19,7 +21,8 @@ NONE = "none"
 
 
 class OnlineMethodError(ValueError):
-    pass
+    """An unknown method, or what a method returned (or raised) inside training: named with the
+    method, its file and the step, before any update (:func:`chosen`, :func:`kept`, :func:`piloted`)."""
 
 
 class Settings(BaseModel):
@@ -167,3 +170,95 @@ def settings_class(method: str) -> type[Settings]:
 def build(settings: Settings, seed: int, ids: list, warm: dict | None = None) -> Method | None:
     """The method ``settings`` names over a run's prompts (None for ``none``)."""
     return None if settings.method == NONE else get(settings.method)(settings, seed, ids, warm)
+
+
+# ---- what a method returns inside training, checked as rewards are (rewards.checked) ----------
+# A plugin's choose that returned 1 of 4 prompts trained one group a step and the run was recorded
+# complete; an id not in the run trained nothing (a raw KeyError); a keep that returned NaN kept
+# every group, flat ones included. The trainer calls a method through these three.
+
+
+def chosen(method: Method, batch: list, history: list[dict], step: int) -> tuple[list, int]:
+    """``method.choose(batch, history, step)`` when it returns (ids, skipped): as many ids of the
+    run's prompts as ``batch`` holds (the groups the step trains; fewer, one at least, for a method
+    that declares ``refills``: dynamic sampling's rounds fill the rest), and ``skipped`` a count
+    of ``batch``'s prompts from 0 to all; else :class:`OnlineMethodError`."""
+    out = _call(method, "choose", step, lambda: method.choose(batch, history, step))
+    rule = (f"`choose` returns (ids, skipped): {len(batch)} ids of the run's prompts, one per group the step trains"
+            + (" (fewer, one at least: dynamic sampling's rounds refill the step)" if method.refills else
+               " (fewer only for a method that declares `refills = True`, whose groups dynamic sampling refills)")
+            + f", and how many of the sampler's {len(batch)} it skipped")
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise _wrong(method, "choose", step, out, rule)
+    ids, skipped = out
+    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__len__"):
+        raise _wrong(method, "choose", step, out, rule)
+    ids = list(ids)
+    n, least = len(ids), (1 if method.refills else len(batch))
+    if not least <= n <= len(batch):
+        raise _wrong(method, "choose", step, out, f"{n} ids for a step of {len(batch)} groups; {rule}")
+    _known(method, "choose", step, ids, out)
+    if isinstance(skipped, (bool, np.bool_)) or not isinstance(skipped, (int, np.integer)) \
+            or not 0 <= skipped <= len(batch):
+        raise _wrong(method, "choose", step, out, f"skipped = {shown(skipped)}; {rule}")
+    return ids, int(skipped)
+
+
+def kept(method: Method, group: dict, step: int) -> bool:
+    """``method.keep(group)`` when it is a bool (numpy's too); else :class:`OnlineMethodError`."""
+    out = _call(method, "keep", step, lambda: method.keep(group))
+    if not isinstance(out, (bool, np.bool_)):
+        raise _wrong(method, "keep", step, out, "`keep` returns True or False (a bool: not NaN, a number or None) "
+                     f"for each generated group (here prompt id {group.get('prompt_id')!r})")
+    return bool(out)
+
+
+def piloted(method: Method, batch: list, history: list[dict], step: int) -> tuple[list, int] | None:
+    """``method.pilot(batch, history, step)`` when it is None or (ids of the run's prompts, one at
+    least, and the completions of each, one at least); else :class:`OnlineMethodError`."""
+    out = _call(method, "pilot", step, lambda: method.pilot(batch, history, step))
+    if out is None:
+        return None
+    rule = "`pilot` returns None or (ids of the run's prompts, completions per prompt: a whole number >= 1)"
+    if not (isinstance(out, (tuple, list)) and len(out) == 2) or isinstance(out[0], (str, bytes, dict)) \
+            or not hasattr(out[0], "__len__") or not len(out[0]):
+        raise _wrong(method, "pilot", step, out, rule)
+    ids, m = list(out[0]), out[1]
+    _known(method, "pilot", step, ids, out)
+    if isinstance(m, (bool, np.bool_)) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise _wrong(method, "pilot", step, out, rule)
+    return ids, int(m)
+
+
+def _call(method: Method, what: str, step: int, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as err:  # the method's own error: named with where it is, its traceback kept below
+        raise OnlineMethodError(f"{_where(method, err)} raised {type(err).__name__}: {err} in `{what}` at step "
+                                f"{step}; fix the method, nothing of this step was trained") from err
+
+
+def _known(method: Method, what: str, step: int, ids: list, out: Any) -> None:
+    run = set(method.ids)
+    try:
+        foreign = [pid for pid in ids if pid not in run]
+    except TypeError:  # an unhashable id
+        foreign = [next(pid for pid in ids if not isinstance(pid, (str, int, np.integer, np.str_)))]
+    if foreign:
+        raise _wrong(method, what, step, out, f"{len(foreign)} of its ids are not prompts of the run (e.g. "
+                     f"{shown(foreign[0])}); `{what}` returns ids of the run's prompts (the method's `ids`)")
+
+
+def _wrong(method: Method, what: str, step: int, out: Any, rule: str) -> OnlineMethodError:
+    return OnlineMethodError(f"{_where(method)} returned {shown(out)} from `{what}` at step {step}: {rule}; fix the "
+                             "method, nothing of this step was trained")
+
+
+def _where(method: Method, err: BaseException | None = None) -> str:
+    """``online method 'name' (its file[, the line that raised])``."""
+    file = source_file(type(method))
+    line = ""
+    if err is not None:  # the innermost frame of the method's file: where it raised
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == file]
+        line = f", line {frames[-1].lineno}" if frames else ""
+    return f"online method {method.name or type(method).__name__!r} ({file}{line})"

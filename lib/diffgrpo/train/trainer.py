@@ -21,7 +21,7 @@ from diffgrpo.models import devices
 from diffgrpo.models.generation import appending_cache
 from diffgrpo.params import Config
 from diffgrpo.train.levels import Level
-from diffgrpo.online import Method
+from diffgrpo.online import Method, chosen, kept, piloted
 from diffgrpo.train.records import Recorder
 
 
@@ -321,8 +321,9 @@ class Trainer(GRPOTrainer):
 
     def _keep(self, group: dict) -> bool:
         """Whether dynamic sampling keeps a generated group: its rewards differ (and, with
-        ``train.online.method: band``, their mean lies in the band)."""
-        return self.online.keep(group) if self.online is not None else bool(group["learnable"])
+        ``train.online.method: band``, their mean lies in the band; a method's answer checked)."""
+        return kept(self.online, group, self.recorder.step_offset + self.state.global_step + 1) \
+            if self.online is not None else bool(group["learnable"])
 
     def _online_inputs(self, inputs: list[dict]) -> list[dict]:
         """The step's prompts as the online method chooses them (each repeated ``group_size``
@@ -332,12 +333,12 @@ class Trainer(GRPOTrainer):
         if not hasattr(self, "_row_of_id"):
             self._row_of_id = {pid: i for i, pid in enumerate(ds["id"])}
         batch = [x["id"] for x in inputs[::g]]
-        pilot = self.online.pilot(batch, self.recorder.groups, step)
+        pilot = piloted(self.online, batch, self.recorder.groups, step)
         if pilot is not None:
             self._pilot(*pilot)
-        chosen, skipped = self.online.choose(batch, self.recorder.groups, step)
+        ids, skipped = chosen(self.online, batch, self.recorder.groups, step)  # checked: the run's ids, enough
         self._metrics["train"]["online_skipped"].append(float(skipped))
-        return [ds[self._row_of_id[pid]] for pid in chosen for _ in range(g)]
+        return [ds[self._row_of_id[pid]] for pid in ids for _ in range(g)]
 
     def _pilot(self, ids: list, m: int) -> None:
         """Generate and score ``m`` completions of each prompt ``ids``, recorded as groups of
