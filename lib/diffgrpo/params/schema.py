@@ -439,6 +439,10 @@ class Config(_Section):
             "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
         if other_task and s.source is None:
             changes["dataset.source"] = None  # nor the training data's file or hub choice
+        if s.source not in (None, "hub", "offline"):
+            # a local file of one split: no pool is drawn from an evaluation set, so its rows are
+            # the set's split alone (the study's train_split would read the same rows twice)
+            changes["dataset.train_split"] = s.split or self.dataset.test_split
         if s.size == "all":
             changes["dataset.test_size"] = None  # the whole split
         changes["evaluate.sets"] = []

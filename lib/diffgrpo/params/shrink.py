@@ -66,16 +66,25 @@ def _arm(arm: schema.ArmConfig) -> dict[str, Any]:
     return d
 
 
+def _needs_answers(cfg: schema.Config, arm: schema.ArmConfig) -> bool:
+    """Whether ``arm`` selects nothing from a model that answers nothing right: 001's base-right
+    (the greedy pass's right answers) and 000's tiers where the task has none (cut from p_hat)."""
+    from diffgrpo.tasks import splits
+
+    return (policies.get(arm.select).reads_probe == "one_sample"
+            or (arm.select == "tiers" and not getattr(splits.task_of(cfg), "tiers", None)))
+
+
 def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict[str, Any]:
     """The shared override of ``cfg`` (a loaded params file), as a nested params dict."""
     sources = sources or {}
     tiny_model = cfg.model.device != "cpu" or cfg.model.path not in CPU_MODELS
-    answers = tiny_model and any(policies.get(a.select).reads_probe == "one_sample" for a in cfg.arms)
+    answers = tiny_model and any(_needs_answers(cfg, a) for a in cfg.arms)
     cap = (EMBEDDED_TOKENS if answers else TINY_TOKENS if tiny_model or cfg.model.path == "tiny-random" else None)
     tokens = (lambda n: n) if cap is None else (lambda n: min(n, cap))
     out: dict[str, Any] = {"study": f"{cfg.study}-shrunk", "workers": 2}
-    # an arm that selects the greedy pass's right answers (001's base-right) needs a model that
-    # answers some (``answers``): the embedded one, on the task it was built for (the random one answers none)
+    # an arm that selects by right answers (:func:`_needs_answers`) needs a model that answers some
+    # (``answers``): the embedded one, on the task it was built for (the random one answers none)
     if tiny_model:
         out["model"] = dict(EMBEDDED_MODEL if answers else CPU_MODEL)
         out["generation"] = {"backend": "hf"}
