@@ -7,6 +7,10 @@ seed and the chunk index), so a resumed run produces exactly what an uninterrupt
 and a chunk is the same whichever process generates it: with ``helpers`` (the probe on a CPU,
 :func:`cpu_helpers`) that many more processes, each with its own copy of the model, take
 chunks beside the caller's (a ``part-<i>.claim`` file marks a chunk one of them has taken).
+A helper that fails (an error in it, its model included) leaves its chunks to the caller; one
+that dies (killed, out of memory) stops the pass at once with :class:`HelpersFailed`, and so
+does a pool that cannot start (a read-only ``/dev/shm``): one line that says what to do, the
+chunks written kept for the rerun.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import multiprocessing
 import os
 import shutil
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,12 @@ log = logging.getLogger("diffgrpo.sampling")
 #: the stack's imports, its model: about 5 CPU-seconds with the embedded model) costs about half a
 #: chunk of the default probe (128 prompts x 8 samples)
 HELPER_MIN_CHUNKS = 3
+#: what to do about helpers that cannot run, in the words of the params
+NO_HELPERS = "or probe without helper processes: `--set workers=1` (helpers are workers - 1 on a CPU)"
+
+
+class HelpersFailed(RuntimeError):
+    """The probe's helper processes cannot start (their shared-memory lock), or one died."""
 
 
 def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, temperature: float,
@@ -48,7 +59,8 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
 
     ``key`` describes everything that decides the result; chunks left by a run with another
     key are discarded rather than mixed in. ``helpers``: processes that take missing chunks
-    beside this one (:class:`Helpers`); what they fail to write is generated here.
+    beside this one (:class:`Helpers`); what they fail to write is generated here; a helper that
+    dies stops the pass (:class:`HelpersFailed`), the chunks written kept.
     """
     work_dir = Path(work_dir)
     key_file = work_dir / "key.json"
@@ -68,17 +80,23 @@ def sample_and_score(generator: Any, task: Task, rows: pd.DataFrame, *, n: int, 
     sampling = dict(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     pool = helpers.executor() if helpers is not None and len(missing) >= HELPER_MIN_CHUNKS else None
     # each helper takes the next chunk nobody has claimed, as this process does
-    futures = [pool.submit(_helper_chunk, task, chunks[i], i, sampling, parts[i]) for i in missing] if pool else []
+    try:
+        futures = [pool.submit(_helper_chunk, task, chunks[i], i, sampling, parts[i]) for i in missing] if pool else []
+    except BrokenProcessPool as err:  # a helper died since the last pass
+        raise _died(work_dir, err) from None
     bar = progress_bars.bar(len(rows), desc, unit="prompt", disable=not progress)
     for i, (chunk, part) in enumerate(zip(chunks, parts)):
         if not part.exists() and (pool is None or _claim(part)):  # a damaged one is redone below
             _generate_chunk(generator, task, chunk, i, sampling, part)
+        _check_alive(futures, work_dir)  # a helper that died: stopped now, not after its chunks are redone
         bar.update(sum(len(c) for c, p in zip(chunks, parts) if p.exists()) - bar.n)  # the helpers' chunks too
     by_helpers = 0
     for future in futures:
         try:
             by_helpers += bool(future.result())
-        except Exception as err:  # a helper that died or failed: its chunk is generated below
+        except BrokenProcessPool as err:
+            raise _died(work_dir, err) from None
+        except Exception as err:  # a helper that failed: its chunk is generated below
             log.warning("%s: a sampling helper failed (%s: %s); its chunk is generated here", work_dir,
                         type(err).__name__, err)
     if pool is not None:
@@ -112,6 +130,19 @@ def _generate_chunk(generator: Any, task: Task, chunk: pd.DataFrame, i: int, sam
     artifacts.write_parquet(part, pd.DataFrame.from_records(records, columns=SAMPLE_COLUMNS))
 
 
+def _check_alive(futures: list[Future], work_dir: Path) -> None:
+    """:class:`HelpersFailed` when a helper process died (its pool is broken): killed, or out of memory."""
+    for future in futures:
+        if future.done() and not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+            raise _died(work_dir, future.exception())
+
+
+def _died(work_dir: Path, err: BaseException) -> HelpersFailed:
+    return HelpersFailed(f"{work_dir}: a helper process of the probe died (BrokenProcessPool: {err}): killed, or "
+                         "out of memory (`dmesg` says which); the chunks written are kept, so a rerun resumes from "
+                         f"them: rerun the same command, {NO_HELPERS}")
+
+
 def _claim(part: Path) -> bool:
     """Take the chunk that writes ``part`` for this process: False when another has it."""
     try:
@@ -134,10 +165,19 @@ class Helpers:
         self._pool: ProcessPoolExecutor | None = None
 
     def executor(self) -> ProcessPoolExecutor | None:
+        """The pool, started on first use; a pool that cannot start is :class:`HelpersFailed`:
+        its queues need a shared-memory lock (multiprocessing's SemLock, in ``/dev/shm``), which a
+        read-only or missing ``/dev/shm`` refuses (it was blamed on the outputs folder)."""
         if self.count > 0 and self._pool is None:
-            self._pool = ProcessPoolExecutor(self.count, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_start_helper,
-                                             initargs=(self.make_generator, torch.get_num_threads()))
+            try:
+                self._pool = ProcessPoolExecutor(self.count, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_start_helper,
+                                                 initargs=(self.make_generator, torch.get_num_threads()))
+            except OSError as err:
+                raise HelpersFailed(
+                    f"the probe's {self.count} helper process(es) cannot start: their shared-memory lock "
+                    f"(multiprocessing's SemLock, in /dev/shm) failed ({type(err).__name__}: {err}); mount /dev/shm "
+                    f"read-write (a container: --shm-size, or --ipc=host) and rerun, {NO_HELPERS}") from None
         return self._pool
 
     def __enter__(self) -> Helpers:
@@ -150,16 +190,22 @@ class Helpers:
 
 
 _helper_generator: Any = None  # a helper process's own
+_helper_failed: Exception | None = None  # why it has none
 
 
 def _start_helper(make_generator: Callable[[], Any], threads: int) -> None:
-    global _helper_generator
+    global _helper_generator, _helper_failed
     torch.set_num_threads(threads)
-    _helper_generator = make_generator()
+    try:
+        _helper_generator = make_generator()
+    except Exception as err:  # kept: each chunk it is handed fails with it, and the caller generates them
+        _helper_failed = err  # (an initializer that raises ends its process: a pool broken, as if killed)
 
 
 def _helper_chunk(task: Task, chunk: pd.DataFrame, i: int, sampling: dict, part: Path) -> bool:
     """Chunk ``i`` in a helper, unless another process has it; whether this one generated it."""
+    if _helper_failed is not None:
+        raise RuntimeError(f"the helper has no model ({type(_helper_failed).__name__}: {_helper_failed})")
     if part.exists() or not _claim(part):
         return False
     _generate_chunk(_helper_generator, task, chunk, i, sampling, part)

@@ -192,7 +192,12 @@ def exclusive(folder: str | os.PathLike, wait: bool = False) -> Iterator[None]:
     import fcntl
 
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except FileNotFoundError as err:  # under /proc or /sys: a folder that passes the checks and takes no folder
+        raise OutputsError(f"{folder.parent}: cannot be created ({err.strerror}: {err.filename}), so the outputs "
+                           f"folder {outputs_root()} cannot hold it; point {OUTPUTS_ENV} at a folder you can write "
+                           "(or unset it for <project>/outputs)") from None
     lock = folder.parent / f".{folder.name}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     try:

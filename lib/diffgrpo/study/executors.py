@@ -278,6 +278,11 @@ def _warm_server(wanted: bool, env: dict[str, str]) -> warm.Server | None:
     if not wanted or not sys.platform.startswith("linux"):
         return None
     server = warm.Server(Path(tempfile.mkdtemp(prefix="diffgrpo-kernels-")))
+    why = server.cannot_listen()
+    if why is not None:
+        print(why, file=sys.stderr, flush=True)
+        shutil.rmtree(Path(server.path).parent, ignore_errors=True)
+        return None
     server.start(dict(env))
     deadline = time.monotonic() + 120
     while not server.ready():

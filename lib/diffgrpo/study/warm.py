@@ -207,12 +207,28 @@ def _kernel(request: dict, fds: list[int], watch: int) -> int:
     return 0
 
 
+#: the longest path a unix socket can bind on Linux (``sun_path``: 108 bytes, its NUL included)
+SOCKET_PATH_MAX = 107
+
+
 class Server:
     """The fork server of one study run: started by :meth:`start`, ended by :meth:`stop`."""
 
     def __init__(self, folder: Path):
         self.path = str(Path(folder) / "kernels.sock")
         self.proc = None
+
+    def cannot_listen(self) -> str | None:
+        """Why the server cannot listen where it would (None when it can): a socket path beyond
+        :data:`SOCKET_PATH_MAX` (a long ``TMPDIR``) fails to bind, with a traceback in the study's
+        output, and the study runs cold anyway; this says so in one line instead."""
+        n = len(os.fsencode(self.path))
+        if n <= SOCKET_PATH_MAX:
+            return None
+        return (f"note: the notebooks' kernels start cold (each imports the stack, a few seconds more per "
+                f"notebook): the warm kernel server's socket path {self.path} is {n} characters, beyond the "
+                f"{SOCKET_PATH_MAX} a unix socket takes (TMPDIR is long); set TMPDIR to a shorter folder (/tmp) "
+                "to keep it warm")
 
     def start(self, env: dict) -> None:
         import subprocess

@@ -62,7 +62,8 @@ def selected_rows(cfg: Config, arm: str, seed: int = 0) -> pd.DataFrame:
     level), in the selection's order (a per-seed policy's: the one drawn for training seed ``seed``)."""
     path = select.selection_path(cfg, arm, seed)
     if not path.exists():
-        raise layout.NotRunYet(f"{path}: no selection {arm!r} yet; run the probe and select stages first (01_probe, 02_select: `python -m diffgrpo.study <params> --stages 01_probe 02_select`), then train")
+        raise layout.NotRunYet(f"{path}: no selection {arm!r} yet; run the probe and select stages first (01_probe, "
+                               "02_select: `python -m diffgrpo.study <params> --stages 01_probe 02_select`), then train")
     selection = artifacts.read_parquet(path, "02_select")
     ids = selection["id"].astype(str)
     pool = splits.load_pool(cfg).set_index("id")
