@@ -1,7 +1,8 @@
 """Issue 45: every write has a lock, what a plugin online method returns is checked like a reward,
 and every entry point names a known error in one line (docs/reliability.md, "Locked, checked and
-named"). Unit tier unless marked: the lock tests render the committed inputs of
-docs/results/embedded/ (seconds, no stage runs).
+named"). Unit tier unless marked e2e: the race of two `make results` renders the committed inputs
+of docs/results/embedded/ (no stage runs); the probe-helper tests and the online method's run
+through `python -m diffgrpo.train` load the embedded model.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from test_nothing_lost import beside, checkout, export_dir, tree  # noqa: F401  
 RESULTS = [sys.executable, "-m", "diffgrpo.analysis.inputs", "results", "embedded"]
 
 
+@pytest.mark.e2e  # two real processes, one renders the report (15-30 s on 2 cores)
 def test_two_make_results_at_once_one_is_refused_by_name_and_the_inputs_survive(checkout):
     """The audit's race: the same `make results` twice, 0.3 s apart, both real processes. One
     renders, the other is refused naming the folder and the first's pid; the committed inputs and
@@ -79,6 +81,8 @@ def test_a_path_as_a_study_s_name_is_refused_before_any_work(checkout, study, ca
 
 import ast  # noqa: E402
 import importlib  # noqa: E402
+
+import inspect  # noqa: E402
 
 from diffgrpo import errors  # noqa: E402
 
@@ -160,8 +164,6 @@ def test_an_unknown_error_keeps_its_traceback():
 
 
 # ---- item 5: raw or misnamed errors, each one line with what to do ----
-
-import inspect  # noqa: E402
 
 
 def test_outputs_under_proc_is_named_with_the_outputs_folder(monkeypatch, capsys):
@@ -408,6 +410,7 @@ def _private_mounts() -> bool:
     return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.e2e  # a process loads the embedded model (about 10 s)
 @pytest.mark.skipif(not _private_mounts(), reason="needs root and a mount namespace of its own (unshare -m)")
 def test_a_read_only_dev_shm_is_named_as_the_helpers_shared_memory(tmp_path):
     """The pool's queues need a SemLock in /dev/shm: a read-only one was blamed on the outputs folder.
