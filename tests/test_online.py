@@ -165,9 +165,13 @@ def test_a_policy_that_reads_only_the_one_sample_pass_is_charged_that_pass_alone
     probe = layout.probe_dir(cfg)
     artifacts.write_parquet(probe / layout.PROMPTS, pd.DataFrame({"id": ["a", "b"], "k": [4, 4],
                                                                   "mean_tokens": [10.0, 20.5]}))
-    artifacts.write_parquet(probe / layout.ONE_SAMPLE, pd.DataFrame({"id": ["a", "b"], "num_tokens": [9, 11]}))
+    # as probe.py writes it: one row per completion, its prompt's id in `prompt_id` (a hand-written `id`
+    # here once hid that the ledger read the wrong column: issue 47)
+    artifacts.write_parquet(probe / layout.ONE_SAMPLE, pd.DataFrame({"prompt_id": ["a", "b"], "num_tokens": [9, 11]}))
     artifacts.write_json(probe / layout.MANIFEST, {"seconds": {"cpu": 7.0, "gpu": 0.0, "wall": 8.0}})
-    wrong = ledger.ledger(cfg, "base_wrong", [], {"cpu": 1.0})["probe"]
+    whole = ledger.ledger(cfg, "base_wrong", [{"prompt_id": "c", "rewards": [1.0], "kept": True}], {"cpu": 1.0})
+    assert whole["labelled_prompts"] == 3  # the greedy pass's a, b and the trained c
+    wrong = whole["probe"]
     assert (wrong["part"], wrong["completions"], wrong["tokens"], wrong["cpu_seconds"]) == ("one_sample", 2, 20, None)
     hard = ledger.ledger(cfg, "hard", [], {"cpu": 1.0})["probe"]
     assert (hard["part"], hard["completions"], hard["tokens"]) == ("all", 10, 142)

@@ -48,5 +48,5 @@ def test_a_moved_number_is_a_difference(two_reports):
 
 
 def test_a_study_without_committed_inputs_is_named_with_the_ones_there_are():
-    with pytest.raises(FileNotFoundError, match="no committed report with inputs for study 'nope'.*paper001_embedded"):
+    with pytest.raises(reproduce.NotCommitted, match="no committed report with inputs for study 'nope'.*paper001_embedded"):
         reproduce.committed_params("nope")

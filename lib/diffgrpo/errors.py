@@ -38,6 +38,7 @@ NAMED: dict[str, tuple[str, ...]] = {
     "diffgrpo.store.trackers": ("TrackerError",),
     "diffgrpo.study.notebooks": ("NotebookParameterError", "StageFailed"),
     "diffgrpo.study.slurm": ("SlurmError",),
+    "diffgrpo.study.reproduce": ("NotCommitted",),
 }
 #: the exit status of a stage that failed (its executed notebook holds the traceback), and of
 #: every other named error (a refusal before or during work)

@@ -439,15 +439,21 @@ class Config(_Section):
             "evaluate.sampling.max_new_tokens": s.max_new_tokens}.items() if v is not None}
         if other_task and s.source is None:
             changes["dataset.source"] = None  # nor the training data's file or hub choice
-        if s.source not in (None, "hub", "offline"):
-            # a local file of one split: no pool is drawn from an evaluation set, so its rows are
-            # the set's split alone (the study's train_split would read the same rows twice)
+        if other_task:  # another task's rows share none with the pool: none are held back for one
+            changes["dataset.train_split"] = NO_POOL
+        elif s.source not in (None, "hub", "offline"):
+            # a local file of one split: its rows are the set's split alone (the study's
+            # train_split would read the same rows again and find them all shared)
             changes["dataset.train_split"] = s.split or self.dataset.test_split
         if s.size == "all":
             changes["dataset.test_size"] = None  # the whole split
         changes["evaluate.sets"] = []
         return self.replace(**changes)
 
+
+#: an evaluation set's train split where its task is not the training task's: no pool is drawn from
+#: it, so none of its rows are held back for one (diffgrpo.tasks.splits)
+NO_POOL = "(none: an evaluation set of another task)"
 
 #: the name of the held-out test set of the training task among the evaluation sets
 TEST_SET = "test"

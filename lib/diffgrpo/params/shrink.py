@@ -32,7 +32,8 @@ CPU_MODEL = {"name": "tiny-random", "path": "tiny-random", "gguf_file": None, "d
 EMBEDDED_MODEL = {**CPU_MODEL, "name": "embedded", "path": "embedded"}
 EMBEDDED_TASK = {"task": "shuffled_objects", "source": None, "train_split": "train", "test_split": "test",
                  "task_options": {"people": [3, 5], "swaps": [1, 8], "train_size": 2000, "test_size": 400, "seed": 0}}
-#: the embedded model's generation length (its gold traces: up to 63 tokens; a context of 256)
+#: the embedded model's generation length cap (its gold traces: up to 63 tokens; a context of 256, which
+#: a protocol file written for real models, paper003_released_code.yaml's 250 tokens, overruns)
 EMBEDDED_TOKENS = 72
 #: models this machine runs as they are (packaged or built here)
 CPU_MODELS = ("embedded", "tiny-random")
@@ -80,27 +81,29 @@ def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict
     sources = sources or {}
     tiny_model = cfg.model.device != "cpu" or cfg.model.path not in CPU_MODELS
     answers = tiny_model and any(_needs_answers(cfg, a) for a in cfg.arms)
-    cap = (EMBEDDED_TOKENS if answers else TINY_TOKENS if tiny_model or cfg.model.path == "tiny-random" else None)
+    cap = (EMBEDDED_TOKENS if answers or (not tiny_model and cfg.model.path == "embedded")
+           else TINY_TOKENS if tiny_model or cfg.model.path == "tiny-random" else None)
     tokens = (lambda n: n) if cap is None else (lambda n: min(n, cap))
+    levels = cfg.eprli.levels if any(a.select == "levels" for a in cfg.arms) else []
     out: dict[str, Any] = {"study": f"{cfg.study}-shrunk", "workers": 2}
     # an arm that selects by right answers (:func:`_needs_answers`) needs a model that answers some
     # (``answers``): the embedded one, on the task it was built for (the random one answers none)
     if tiny_model:
         out["model"] = dict(EMBEDDED_MODEL if answers else CPU_MODEL)
         out["generation"] = {"backend": "hf"}
-    dataset: dict[str, Any] = {"pool_size": POOL, "test_size": TEST}
+    dataset: dict[str, Any] = {"pool_size": 2 * POOL if levels else POOL, "test_size": TEST}  # a band of each level
     if answers:
         dataset.update(EMBEDDED_TASK)
     elif cfg.dataset.source in (None, "hub") and cfg.dataset.task in sources:
         dataset.update(_source(sources[cfg.dataset.task]))
     out["dataset"] = dataset
-    out["probe"] = {"k": 2, "sampling": {"max_new_tokens": tokens(cfg.probe.sampling.max_new_tokens), "batch_size": 64}}
+    # a level's p_hat band needs K fine enough to fall in it (002's [0.125, 0.375]: K = 8)
+    out["probe"] = {"k": min(cfg.probe.k, 8) if levels else 2, "sampling": {"max_new_tokens": tokens(cfg.probe.sampling.max_new_tokens), "batch_size": 64}}
     out["select"] = {"budget_frac": 0.25, "budget_count": None}  # 4 of the 16: two updates of 2
     kinds: dict[str, dict] = {}
     for arm in cfg.arms:
         kinds.setdefault(_arm_kind(arm), _arm(arm))
     out["arms"] = list(kinds.values())
-    levels = cfg.eprli.levels if any(a.select == "levels" for a in cfg.arms) else []
     train: dict[str, Any] = {
         "seeds": cfg.train.seeds[:1], "max_steps": None if cfg.train.epochs else len(levels) or STEPS, "prompts_per_step": PROMPTS_PER_STEP,
         "group_size": GROUP_SIZE, "save_steps": 1, "max_completions": None,
@@ -110,12 +113,14 @@ def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict
                       "trl": {"vllm_max_model_length": None, "vllm_enable_sleep_mode": False}})
     out["train"] = train
     if levels:
-        out["eprli"] = {"levels": [{**level.model_dump(), "prompts": 4, "steps": 1, "group_size": GROUP_SIZE,
+        out["eprli"] = {"levels": [{**level.model_dump(), "prompts": PROMPTS_PER_STEP, "steps": 1, "group_size": GROUP_SIZE,
                                     "buffer_size": 2, "max_completion_length": tokens(level.max_completion_length)}
                                    for level in levels]}
     sets = []
     for s in cfg.evaluate.sets:
         d = {**s.model_dump(exclude_none=True), "size": TEST}
+        if s.n_samples is not None or s.pass_k is not None:
+            d.update({"n_samples": 2, "pass_k": [1, 2]})
         task = s.task or cfg.dataset.task
         if s.source in (None, "hub") and task in sources:
             d.update({("split" if k == "train_split" else "source"): v for k, v in _source(sources[task]).items()})

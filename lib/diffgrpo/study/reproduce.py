@@ -33,13 +33,17 @@ from diffgrpo.store import artifacts, layout
 SECONDS = "seconds"
 
 
+class NotCommitted(FileNotFoundError):
+    """A study with no committed report and inputs to reproduce."""
+
+
 def committed_params(study: str) -> Path:
     from diffgrpo.analysis import inputs
 
     path = inputs.results_dir(study) / "inputs" / "report" / layout.PARAMS
     if not path.is_file():
         have = sorted(p.parent.parent.parent.name for p in inputs.results_dir("x").parent.glob("*/inputs/report/params.yaml"))
-        raise FileNotFoundError(f"{path}: no committed report with inputs for study {study!r}; committed: {', '.join(have)}")
+        raise NotCommitted(f"{path}: no committed report with inputs for study {study!r}; committed: {', '.join(have)}")
     return path
 
 
@@ -146,8 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="the outputs folder to run it in (default: outputs/reproduce; its study folder is removed first)")
     args = ap.parse_args(argv)
     outputs = args.outputs or artifacts.project_root() / "outputs" / "reproduce"
-    return reproduce(args.study, outputs)
+    from diffgrpo import errors
+
+    return errors.run(lambda: reproduce(args.study, outputs), stopped="stopped; rerun the same command to start afresh")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the module itself, so diffgrpo.errors knows its NotCommitted
+    from diffgrpo.study.reproduce import main as _main
+
+    sys.exit(_main())
