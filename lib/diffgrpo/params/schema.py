@@ -453,7 +453,7 @@ class Config(_Section):
 
 #: an evaluation set's train split where its task is not the training task's: no pool is drawn from
 #: it, so none of its rows are held back for one (diffgrpo.tasks.splits)
-NO_POOL = "(none: an evaluation set of another task)"
+NO_POOL = "no-pool"  # a path part too (layout): a name, not a sentence
 
 #: the name of the held-out test set of the training task among the evaluation sets
 TEST_SET = "test"
