@@ -7,13 +7,15 @@ accelerate launch; a process started by a launch trains in process."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from diffgrpo import params, select, train
-from diffgrpo.store import layout
+from diffgrpo.store import artifacts, layout
 from diffgrpo.train import launch
 
 FILES = sorted(p.name for p in params.params_dir().glob("*.yaml") if p.name != params.DEFAULTS_FILE)
@@ -89,3 +91,16 @@ def test_a_started_process_never_launches_again(monkeypatch, capsys):
     assert launch.main(["paper002_gpu", "--arm", "eprli_grpo", "--seed", "0", "--set", "train.num_processes=4"]) == 0
     assert [(s.arm, s.level, s.processes_here, s.launch) for s in trained] == [
         ("eprli", 1, 1, "in_process"), ("eprli_grpo", None, 4, "in_process")]
+
+
+def test_a_run_trains_on_the_selection_its_spec_names(tmp_path, monkeypatch):
+    """Issue 45: train.run reads the run's selection where its RunSpec says (resolve works it out
+    once), not at a path it works out again: a spec naming another file is what the run reads,
+    though the study's own selection of the arm is there."""
+    monkeypatch.setenv(artifacts.OUTPUTS_ENV, str(tmp_path))
+    cfg = params.load("tiny")
+    spec = launch.resolve(cfg, "hard", 0, processes_here=1)
+    artifacts.write_parquet(spec.selection, pd.DataFrame({"id": ["p0"], "p_hat": [0.5]}))  # the study's own
+    elsewhere = dataclasses.replace(spec, selection=tmp_path / "elsewhere" / "hard.parquet")
+    with pytest.raises(layout.NotRunYet, match=rf"^{elsewhere.selection}: no selection 'hard' yet"):
+        launch.launch(elsewhere, progress=False)

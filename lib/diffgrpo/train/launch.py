@@ -36,7 +36,9 @@ IN_PROCESS, LEVELS_APART, ACCELERATE = "in_process", "levels_apart", "accelerate
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One (arm, seed) run as it will be launched, resolved once (:func:`resolve`)."""
+    """One (arm, seed) run as it will be launched, resolved once (:func:`resolve`); what
+    :mod:`diffgrpo.train.run` trains (its selection, levels, folder, the level a started process
+    trains alone) is read from here, not worked out again."""
 
     cfg: Config  # the study's (a started process rereads it from a params file)
     arm: str
@@ -131,11 +133,10 @@ def _in_process(spec: RunSpec, *, progress: bool, force: bool) -> Path:
                          f"train.num_processes = {spec.num_processes} (it is part of the run's key): set "
                          f"train.num_processes to {n} (--set train.num_processes={n}), or let the study start "
                          "the processes")
-    train = dict(progress=progress, force=force, only=spec.level)
     if spec.level is not None or not devices.is_main_process():  # a level's process, or under a launcher:
-        return training.train_here(spec.arm_cfg, spec.arm, spec.seed, spec.folder, **train)  # the parent, or main, holds the lock
+        return training.train_here(spec, progress=progress, force=force)  # the parent, or main, holds the lock
     with artifacts.exclusive(spec.folder):
-        return training.train_here(spec.arm_cfg, spec.arm, spec.seed, spec.folder, **train)
+        return training.train_here(spec, progress=progress, force=force)
 
 
 def _levels_apart(spec: RunSpec, *, progress: bool, force: bool) -> Path:
@@ -143,7 +144,7 @@ def _levels_apart(spec: RunSpec, *, progress: bool, force: bool) -> Path:
     its own (:func:`level_command`); this one reads what each wrote (its ``level.json``, the
     manifest's resumes) and writes the run's manifest. A level that stopped early (no record)
     stops the run."""
-    run = training.prepare(spec.arm_cfg, spec.arm, spec.seed, spec.folder, progress=progress, force=force)
+    run = training.prepare(spec, progress=progress, force=force)
     if run is None:
         return spec.folder
     with tempfile.TemporaryDirectory(prefix="diffgrpo-level-") as tmp:

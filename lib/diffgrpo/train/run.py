@@ -3,8 +3,9 @@ GRPOTrainer and PEFT; resume it where it stopped, skip it when finished.
 
     train_run(cfg, "hard", seed=0)  ->  outputs/<study>/runs/hard-seed0/
 
-How a run is launched (in this process, its levels apart, accelerate): :mod:`.launch`; this
-module trains it in the process it is given (:func:`train_here`).
+How a run is launched (in this process, its levels apart, accelerate): :mod:`.launch`, whose
+:class:`~diffgrpo.train.launch.RunSpec` says the run (its arm, seed, folder, selection and
+levels, resolved once); this module trains it in the process it is given (:func:`train_here`).
 
 One update = ``prompts_per_step`` prompts x ``group_size`` completions, sampled fresh from the
 current policy; with ``num_iterations`` = mu > 1 one generated batch feeds mu updates. Files
@@ -55,12 +56,20 @@ from diffgrpo.train import online
 from diffgrpo.train.records import Progress, Recorder, Tidy
 from diffgrpo.train.trainer import Budget, Trainer, check_levels_fit
 
+# `RunSpec` in the annotations: diffgrpo.train.launch's, which imports this module (so this one
+# names it without importing it)
 
 
 def selected_rows(cfg: Config, arm: str, seed: int = 0) -> pd.DataFrame:
     """The selection's prompts (id, prompt, answer, tier, p_hat; an EPRLI arm's also
-    level), in the selection's order (a per-seed policy's: the one drawn for training seed ``seed``)."""
-    path = select.selection_path(cfg, arm, seed)
+    level), in the selection's order (a per-seed policy's: the one drawn for training seed
+    ``seed``). For a caller without the run's spec (a script, a test); a run reads the selection
+    its spec names (:func:`prepare`)."""
+    return _selection_rows(cfg, arm, select.selection_path(cfg, arm, seed))
+
+
+def _selection_rows(cfg: Config, arm: str, path: Path) -> pd.DataFrame:
+    """:func:`selected_rows` of the selection at ``path`` (``cfg``: the arm's or the study's)."""
     if not path.exists():
         raise layout.NotRunYet(f"{path}: no selection {arm!r} yet; run the probe and select stages first (01_probe, "
                                "02_select: `python -m diffgrpo.study <params> --stages 01_probe 02_select`), then train")
@@ -112,25 +121,26 @@ def run_reward_key(arm, rows: pd.DataFrame, seed: int) -> dict | None:
     return {"weights": weights, "rewards": {n: rewards.get(n).run_key(rows, seed) for n in weights}}
 
 
-def train_here(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool,
-               only: int | None = None) -> Path:
-    """Train the run in this process (``cfg``: the arm's; the caller holds the run's lock, or is
-    a launcher's process whose parent or main process does: :mod:`diffgrpo.train.launch`).
+def train_here(spec: RunSpec, *, progress: bool, force: bool) -> Path:
+    """Train the run ``spec`` says in this process (the caller holds the run's lock, or is a
+    launcher's process whose parent or main process does: :mod:`diffgrpo.train.launch`).
     A run reads in three steps: :func:`prepare` (what the folder holds, skipped when
     finished), :func:`train_level` for each level (the whole run, or paper 002's EPRLI levels one
-    after the other), :func:`finish` (the manifest that records it). ``only``: the levels before
-    it are finished (their records are read), it alone trains, and the parent process finishes."""
-    run = prepare(cfg, arm, seed, run_dir, progress=progress, force=force)
+    after the other), :func:`finish` (the manifest that records it). ``spec.level``: the levels
+    before it are finished (their records are read), it alone trains, and the parent process
+    finishes."""
+    only = spec.level
+    run = prepare(spec, progress=progress, force=force)
     if run is None:  # finished before
-        return run_dir
+        return spec.folder
     for i, lv in enumerate(run.levels[:None if only is None else only + 1]):
         if only is not None and i < only and run.folder.read_level_record(i, lv.name) is None:
-            raise RuntimeError(f"{run_dir}: level {i + 1} ({lv.name}) is not finished; level {only + 1} cannot start")
+            raise RuntimeError(f"{spec.folder}: level {i + 1} ({lv.name}) is not finished; level {only + 1} cannot start")
         if not train_level(run, i, lv):
             break
     if only is None:
         finish(run)
-    return run_dir
+    return spec.folder
 
 
 @dataclasses.dataclass
@@ -138,12 +148,11 @@ class Run:
     """One (arm, seed) run as it trains: what :func:`prepare` read, and what each level hands
     the next (the steps done before it, the adapter it carries on from)."""
 
-    cfg: Config  # the arm's (Config.for_arm)
-    arm: str
-    seed: int
+    spec: RunSpec  # the run as launch.resolve resolved it: arm, seed, folder, selection, levels
+    cfg: Config  # the arm's (spec.arm_cfg)
     folder: RunFolder
-    rows: pd.DataFrame  # the selection's prompts (selected_rows)
-    levels: list[eprli.Level]
+    rows: pd.DataFrame  # the prompts of spec.selection
+    levels: list[eprli.Level]  # the settings of each of spec.levels (eprli.run_levels)
     max_steps: int  # the run's steps (Config.run_steps)
     fields: dict  # the manifest's description of the run (key, model, task, selection, ...)
     task: Any
@@ -164,10 +173,18 @@ class Run:
     saved: set[int] = dataclasses.field(default_factory=set)  # checkpoints found or saved this session
 
     @property
+    def arm(self) -> str:
+        return self.spec.arm
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
     def is_eprli(self) -> bool:
-        """A levels run (:func:`diffgrpo.train.levels.is_levels_run`): only such a run's
-        levels have names (:func:`~diffgrpo.train.levels.run_levels`)."""
-        return self.levels[0].name is not None
+        """A levels run (:attr:`RunSpec.is_levels_run`): only such a run's levels have names
+        (:func:`~diffgrpo.train.levels.run_levels`)."""
+        return self.spec.is_levels_run
 
     def write_manifest(self, status: str, steps_done: int, extra: dict | None = None) -> None:
         if self.is_main:
@@ -176,11 +193,13 @@ class Run:
                                         **(extra or {})}, status, steps_done)
 
 
-def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, force: bool) -> Run | None:
-    """The run's selection, levels and key; what its folder holds (a finished run: None; one
-    with other settings or damaged: set aside, :meth:`RunFolder.previous`); its params written."""
+def prepare(spec: RunSpec, *, progress: bool, force: bool) -> Run | None:
+    """The rows of the spec's selection, its levels' settings and the run's key; what its folder
+    holds (a finished run: None; one with other settings or damaged: set aside,
+    :meth:`RunFolder.previous`); its params written."""
+    cfg, arm, seed, run_dir = spec.arm_cfg, spec.arm, spec.seed, spec.folder
     folder = RunFolder(run_dir)
-    rows = selected_rows(cfg, arm, seed)
+    rows = _selection_rows(cfg, arm, spec.selection)
     arm_cfg = cfg.arm(arm)
     max_steps = cfg.run_steps(arm, len(rows))  # train.max_steps, or train.epochs passes over these rows
     levels = eprli.run_levels(cfg, arm, len(rows))
@@ -189,7 +208,7 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     # (eprli_grpo) too: the key's shape since paper 002, kept so that no run's key changes
     key = layout.run_key(cfg, list(rows["id"]), reward_key,
                          [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
-    ledger.check_probe(cfg, arm, select.selection_path(cfg, arm, seed))
+    ledger.check_probe(cfg, arm, spec.selection)
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
     manifest, done = folder.previous(key, max_steps, devices.is_main_process())
@@ -199,7 +218,7 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         if fresh is not None and devices.is_main_process():  # today's charge_probe and probe: the ledger says them
             artifacts.write_json(folder.manifest_path, {**manifest, "ledger": fresh})
         return None
-    if not eprli.is_levels_run(cfg, arm):  # a levels run's level steps are in its key
+    if not spec.is_levels_run:  # a levels run's level steps are in its key
         check_extension(cfg.train, run_dir, manifest, max_steps)
 
     devices.device(cfg.model.device)  # a clear error before anything loads when there is no GPU
@@ -218,7 +237,7 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
         "select": arm_cfg.select,
         "curriculum": arm_cfg.curriculum,
         "seed": seed,
-        "selection": artifacts.relative(select.selection_path(cfg, arm, seed), layout.study_dir(cfg)),
+        "selection": artifacts.relative(spec.selection, layout.study_dir(cfg)),
         "reward": {"weights": arm_cfg.reward_weights, **(reward_key or {"kind": rewards.VERIFIER})},
         "num_prompts": len(rows),
         "max_steps": max_steps,
@@ -228,7 +247,7 @@ def prepare(cfg: Config, arm: str, seed: int, run_dir: Path, *, progress: bool, 
     if is_main:
         folder.write_params(cfg)
     earlier = ((manifest or {}).get("ledger") or {}).get("train", {})
-    return Run(cfg, arm, seed, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
+    return Run(spec, cfg, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
                resumed_from=(manifest or {}).get("resumed_from", []),
                earlier_seconds={k: earlier.get(f"{k}_seconds") or 0.0 for k in ("cpu", "gpu", "wall")})
 
