@@ -68,12 +68,16 @@ def _arm(arm: schema.ArmConfig) -> dict[str, Any]:
 
 
 def _needs_answers(cfg: schema.Config, arm: schema.ArmConfig) -> bool:
-    """Whether ``arm`` selects nothing from a model that answers nothing right: 001's base-right
-    (the greedy pass's right answers) and 000's tiers where the task has none (cut from p_hat)."""
+    """Whether ``arm`` selects nothing from a model that answers nothing right: a policy that picks
+    a set by what the probe found rather than a budget's count (001's base-right, 003's released
+    code's p_hat buckets, 000's tiers or 002's levels where the task has no tiers of its own and
+    p_hat cuts them)."""
     from diffgrpo.tasks import splits
 
-    return (policies.get(arm.select).reads_probe == "one_sample"
-            or (arm.select == "tiers" and not getattr(splits.task_of(cfg), "tiers", None)))
+    policy = policies.get(arm.select)
+    if policy.budgeted or not policy.reads_probe:
+        return False
+    return not (arm.select in ("tiers", "levels") and getattr(splits.task_of(cfg), "tiers", None))
 
 
 def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict[str, Any]:
