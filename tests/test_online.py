@@ -9,15 +9,16 @@ import pytest
 from diffgrpo import policies, params
 from diffgrpo.params import ParamsError
 from diffgrpo.store import artifacts, layout
-from diffgrpo.train import ledger
+from diffgrpo.train import ledger, run_levels
+from diffgrpo.train import online as train_online
 from diffgrpo import online
 
 IDS = [f"p{i}" for i in range(10)]
 
 
 def method(settings, seed, ids, warm=None):
-    """The registered method ``settings`` name (``none``: dynamic sampling's rule, as a run with
-    ``train.dynamic_sampling`` on and no other method keeps groups)."""
+    """The registered method ``settings`` name (``none``: dynamic sampling's rule, the one a run
+    with ``train.dynamic_sampling`` on and no method keeps groups by)."""
     name = "dynamic_sampling" if settings.method == online.NONE else settings.method
     return online.get(name)(settings, seed, ids, warm)
 
@@ -92,8 +93,6 @@ def test_online_treatments_compose_with_any_policy_and_are_keyed_only_when_on():
     assert "online" not in keys["hard"]
     assert keys["all_posterior"]["online"]["method"] == "posterior"
     assert keys["middle_skip_zero_variance"]["online"]["method"] == "skip_zero_variance"
-    from diffgrpo.train import run_levels
-
     assert run_levels(cfg.for_arm("random_online_band"), "random_online_band", 12)[0].dynamic_rounds == \
         cfg.train.dynamic_sampling.max_rounds  # the band refills as dynamic sampling does
 
@@ -230,6 +229,31 @@ def test_dynamic_sampling_as_a_method_is_the_same_run_as_its_switch():
     as_switch = params.load("tiny", overrides={"train.dynamic_sampling.enabled": True})
     assert as_method.train.online.method == "none" and as_method.train.dynamic_sampling.enabled
     assert layout.run_key(as_method, ["x"]) == layout.run_key(as_switch, ["x"])
+
+
+def test_every_reader_sees_dynamic_sampling_one_way():
+    """Issue 45: once loaded, dynamic sampling is said one way, ``train.dynamic_sampling.enabled``
+    (an arm's ``online.method: dynamic_sampling``, as online_vs_offline writes it, is folded at
+    load too); the trainer's online method, the level's rounds and the ledger's kind read that
+    switch alone, and agree for both spellings."""
+    cfg = params.load("tiny", overrides={"arms": [
+        "hard", {"name": "as_method", "select": "all", "train": {"online": {"method": "dynamic_sampling"}}},
+        {"name": "as_switch", "select": "all", "train": {"dynamic_sampling": {"enabled": True}}}]})
+    rows = pd.DataFrame({"id": IDS, "p_hat": 0.5})
+
+    def read(arm):
+        acfg = cfg.for_arm(arm)
+        t = acfg.train
+        return (t.online.method, t.dynamic_sampling.enabled, train_online.for_run(t, 0, rows, cfg.probe.k),
+                run_levels(acfg, arm, len(IDS))[0].dynamic_rounds, ledger.arm_kind(cfg, arm))
+
+    rounds = cfg.train.dynamic_sampling.max_rounds
+    assert read("as_method") == read("as_switch") == ("none", True, None, rounds, "online")
+    assert read("hard") == ("none", False, None, None, "offline")
+    study = params.load("online_vs_offline")
+    spelled = [a.name for a in study.arms if a.train.get("online", {}).get("method") == "dynamic_sampling"]
+    assert spelled and all(study.for_arm(a).train.online.method == "none"
+                           and study.for_arm(a).train.dynamic_sampling.enabled for a in spelled)
 
 
 def test_learnability_draws_in_proportion_to_p_one_minus_p():

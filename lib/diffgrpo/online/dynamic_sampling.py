@@ -7,7 +7,10 @@ Settings: ``train.dynamic_sampling`` (:class:`DynamicSamplingParams`: ``enabled`
 ``max_rounds``), where they were before the registry, so run keys stay; it combines with any
 other method (``band`` refills with its rounds). ``train.online.method: dynamic_sampling`` is
 the same run spelled as a method: the params turn it into ``dynamic_sampling.enabled: true``
-(one run key for both). Cost: every group generated, those dropped included.
+at load (one run key for both), so a loaded config never names this method; a run reads the
+switch (:mod:`diffgrpo.train.online`), and the class below states the rule the switch trains
+with (the base class's ``keep``: any group whose rewards differ). Cost: every group generated,
+those dropped included.
 """
 
 from __future__ import annotations

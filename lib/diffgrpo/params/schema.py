@@ -161,7 +161,10 @@ class TrainConfig(_Section):
     @classmethod
     def _dynamic_sampling_is_one_run(cls, data: Any) -> Any:
         """``online.method: dynamic_sampling`` is ``dynamic_sampling.enabled: true`` spelled as a
-        method: one run, one key (diffgrpo.online.dynamic_sampling)."""
+        method: one run, one key (diffgrpo.online.dynamic_sampling). Folded here, at load, into
+        the switch, the one spelling a loaded ``train`` holds (the switch is in the run keys
+        since before the registry): every reader checks ``dynamic_sampling.enabled``, never
+        ``online.method == "dynamic_sampling"``."""
         if isinstance(data, dict) and isinstance(data.get("online"), dict) and \
                 data["online"].get("method") == "dynamic_sampling" and isinstance(data.get("dynamic_sampling"), dict):
             rest = sorted(set(data["online"]) - {"method"})

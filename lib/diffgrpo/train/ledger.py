@@ -202,6 +202,6 @@ def arm_kind(cfg: Config, arm: str) -> str:
     """``online`` (train.online or dynamic sampling chooses inside training), ``offline`` (its
     selection read the probe) or ``no probe`` (neither: random or the whole pool as it is)."""
     acfg = cfg.for_arm(arm)
-    if acfg.train.online.method != "none" or acfg.train.dynamic_sampling.enabled:
+    if acfg.train.online.method != online.NONE or acfg.train.dynamic_sampling.enabled:
         return "online"
     return "offline" if charges_probe(acfg, arm) else "no probe"

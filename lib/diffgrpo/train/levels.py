@@ -57,7 +57,8 @@ def run_levels(cfg: Config, arm: str | None = None, n_selected: int | None = Non
                       lv.epsilon_high, rounds if lv.dynamic_sampling else None, lv.length_reward_weight,
                       None if t.max_completions is None else round(t.max_completions * lv.steps / t.max_steps))
                 for lv in cfg.eprli.levels]
-    # a method that filters after generation (the band) refills as dynamic sampling does
+    # dynamic sampling's rounds: it is on (train.dynamic_sampling.enabled, its one spelling in a
+    # loaded config), or a method that filters after generation (the band) refills as it does
     dynamic = t.dynamic_sampling.enabled or (t.online.method != online.NONE and online.get(t.online.method).refills)
     return [Level(None, cfg.run_steps(arm, n_selected), t.prompts_per_step, t.group_size, t.max_completion_length, t.epsilon,
                   t.epsilon_high, rounds if dynamic else None, t.length_reward.weight, t.max_completions)]
