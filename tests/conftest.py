@@ -52,7 +52,8 @@ def pytest_xdist_make_scheduler(config, log):
     or session-scoped fixture goes to one worker whole, so the fixture is built once. Every other
     test is scheduled alone, which keeps both workers busy. Every worker has its own outputs
     folder (above). (xdist's own `loadgroup` marks do nothing under pytest 9: it can no longer
-    rename a test's node id.)"""
+    rename a test's node id.) `_split_scope` is xdist's private method, so pyproject.toml's test
+    extra pins pytest and pytest-xdist to the versions this was written against."""
     import functools
 
     from xdist.scheduler import LoadScopeScheduling
