@@ -26,4 +26,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-__getattr__ = lazy_names(__name__, _PUBLIC)
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)
