@@ -67,7 +67,11 @@ def test_the_override_keeps_each_file_s_arms_and_reports():
             cfg, small = params.load(name), params.load(path)
             kinds = {shrink._arm_kind(a) for a in cfg.arms}
             assert {shrink._arm_kind(a) for a in small.arms} == kinds, name
-            assert small.analyze.reports == cfg.analyze.reports and small.eval_set_names() == cfg.eval_set_names()
+            assert small.analyze.reports == cfg.analyze.reports
+            if small.model.path == cfg.model.path or small.model.path != "embedded":
+                assert small.eval_set_names() == cfg.eval_set_names(), name
+            else:  # the embedded stand-in scores the sets of its own task alone (shrink's docstring)
+                assert set(small.eval_set_names()) <= set(cfg.eval_set_names()), name
             assert len(small.train.seeds) == 1 and small.dataset.pool_size in (shrink.POOL, 2 * shrink.POOL)
             assert small.model.device == "cpu"
 

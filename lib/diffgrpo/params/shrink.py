@@ -11,7 +11,10 @@ backend, and a hub dataset the file names is read from ``sources`` (task -> a lo
 ``offline``), since no hub is reachable here. Arms that differ only by their budget
 (``online_vs_offline``'s ``.b576`` / ``.b960`` / ``.b1344``) run once: the first of each kind.
 What stays the file's own: every policy, charge, online method, curriculum, control, reward and
-report it names, its task and its evaluation sets.
+report it names, its task and its evaluation sets. A file with an arm that picks a set by what
+the probe found (:func:`_needs_answers`) runs on the embedded model and its task instead (the
+random model answers nothing, so that set would be empty); its evaluation sets of other tasks are
+left out there (their prompts overrun the embedded model's context; other files score them).
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict
         if s.n_samples is not None or s.pass_k is not None:
             d.update({"n_samples": 2, "pass_k": [1, 2]})
         task = s.task or cfg.dataset.task
+        if answers and task != EMBEDDED_TASK["task"]:
+            continue  # its prompts (AIME's: 577 tokens) overrun the embedded model's 256 positions
         if s.source in (None, "hub") and task in sources:
             d.update({("split" if k == "train_split" else "source"): v for k, v in _source(sources[task]).items()})
         if s.max_new_tokens is not None:
