@@ -123,7 +123,8 @@ def test_the_stage_modules_do_not_import_the_trainer():
 #: The layers of the package, lowest first (docs/architecture.md): a module imports only from its
 #: own layer or a lower one, never back up. The longest matching prefix places a module.
 LAYERS = [
-    ("foundation", ["diffgrpo.registry", "diffgrpo.store.artifacts", "diffgrpo.progress", "diffgrpo.errors"]),
+    ("foundation", ["diffgrpo.registry", "diffgrpo.store.artifacts", "diffgrpo.progress", "diffgrpo.errors",
+                    "diffgrpo.processes"]),
     ("extension points", ["diffgrpo.tasks", "diffgrpo.policies", "diffgrpo.rewards", "diffgrpo.online"]),
     ("config", ["diffgrpo.params"]),
     ("models", ["diffgrpo.models"]),
@@ -163,7 +164,8 @@ def test_the_layer_check_sees_an_upward_import():
 def test_the_top_level_holds_the_extension_points_and_a_handful_of_packages():
     top = sorted(p.name for p in PACKAGE.iterdir() if (p.suffix == ".py" or (p / "__init__.py").exists()))
     assert [t for t in top if t.endswith(".py")] == ["__init__.py", "errors.py", "evaluate.py", "policies.py",
-                                                     "probe.py", "progress.py", "registry.py", "rewards.py", "select.py"]
+                                                     "probe.py", "processes.py", "progress.py", "registry.py",
+                                                     "rewards.py", "select.py"]
     assert len([t for t in top if not t.endswith(".py")]) <= 8
 
 

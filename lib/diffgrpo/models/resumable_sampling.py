@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from diffgrpo import processes
 from diffgrpo import progress as progress_bars
 from diffgrpo.store import artifacts
 from diffgrpo.models import devices, resolve, vllm_engine
@@ -158,7 +159,8 @@ class Helpers:
     thread count, so that a chunk's arithmetic, and so its samples, are the same in every
     process. Spawned (a fresh interpreter, not a fork of a kernel that has threads) on first
     use, kept for every later call (the probe's test set, pool and one-sample pass) and stopped
-    on leaving the ``with``."""
+    on leaving the ``with``. Each dies with the thread that started the pool (the one whose
+    first pass submitted chunks): the caller killed, they end too (:mod:`diffgrpo.processes`)."""
 
     def __init__(self, count: int, make_generator: Callable[[], Any]):
         self.count, self.make_generator = count, make_generator
@@ -172,7 +174,7 @@ class Helpers:
             try:
                 self._pool = ProcessPoolExecutor(self.count, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_start_helper,
-                                                 initargs=(self.make_generator, torch.get_num_threads()))
+                                                 initargs=(self.make_generator, torch.get_num_threads(), os.getpid()))
             except OSError as err:
                 raise HelpersFailed(
                     f"the probe's {self.count} helper process(es) cannot start: their shared-memory lock "
@@ -193,8 +195,12 @@ _helper_generator: Any = None  # a helper process's own
 _helper_failed: Exception | None = None  # why it has none
 
 
-def _start_helper(make_generator: Callable[[], Any], threads: int) -> None:
+def _start_helper(make_generator: Callable[[], Any], threads: int, parent: int) -> None:
     global _helper_generator, _helper_failed
+    # the process that started it (a kernel) killed: this one too, and the pool's resource
+    # tracker after them (it ends with the last process holding its pipe); nothing else would
+    # end a helper that waits for its next chunk
+    processes.die_with_parent(parent)
     torch.set_num_threads(threads)
     try:
         _helper_generator = make_generator()

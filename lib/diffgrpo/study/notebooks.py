@@ -6,14 +6,13 @@ cell, so a typo would silently run the default. :func:`run_notebook` checks the 
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
+from diffgrpo import processes
 from diffgrpo.params.stages import STAGES
 from diffgrpo.store.artifacts import checkout_root
 
@@ -168,19 +167,6 @@ def _relative(path: Path, root: Path) -> str:
         return Path(path).name
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
-    if not sys.platform.startswith("linux"):
-        return
-
-    PR_SET_PDEATHSIG = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        return
-    if os.getppid() != parent_pid:  # the parent died before the request: nobody to wait for
-        os._exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     """One notebook execution, as a study's executor runs it (:mod:`diffgrpo.study.executors`):
 
@@ -196,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # its grammar takes 2.3 s, paid again by every notebook a study runs (docs/benchmarks.md)
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     if os.environ.get(DIE_WITH_ENV):  # started by a study's executor: die with it (its kernel follows)
-        die_with_parent(int(os.environ[DIE_WITH_ENV]))
+        processes.die_with_parent(int(os.environ[DIE_WITH_ENV]))
     ap = argparse.ArgumentParser(prog="python -m diffgrpo.study.notebooks", description=main.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=STAGES)

@@ -18,10 +18,11 @@ What stays as it was:
   (SIGTERM on shutdown) to its kernel's process group and exits with the kernel's status;
   interrupts go as control messages (the kernel spec's ``interrupt_mode: message``), which
   ipykernel turns into a SIGINT to itself, in order with the messages around them;
-- dying with the study: the launcher dies with the job process (``PR_SET_PDEATHSIG``), the
-  kernel with its launcher (a pidfd the server opened on it, watched by a thread), and the
-  server and every kernel with the study (``PR_SET_PDEATHSIG`` on the server, then on each
-  child): ``kill -9`` of the study leaves no process behind;
+- dying with the study: the launcher dies with the job process, the kernel with its launcher
+  (a pidfd the server opened on it, watched by a thread: its process group with it), and the
+  server and every kernel with the study (:func:`diffgrpo.processes.die_with_parent` on the
+  server, then on each child; the probe's helpers die with their kernel the same way):
+  ``kill -9`` of any of them leaves no process behind (docs/reliability.md, "Owned processes");
 - CPU seconds: a forked kernel is the server's child, not the job's, so the launcher writes
   the kernel's user + system seconds to ``$DIFFGRPO_KERNEL_CPU`` and the executor adds them to
   the job's (``timings.json`` counts what it counted before).
@@ -45,6 +46,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from diffgrpo.processes import die_with_parent
+
 #: the socket path the job processes' kernels connect to (set by the executor for its jobs)
 SOCKET_ENV = "DIFFGRPO_WARM_KERNEL"
 #: where the launcher writes the forked kernel's CPU seconds (set by the executor per job)
@@ -61,14 +64,6 @@ PRELOAD = (
 )
 LAUNCHER = Path(__file__).with_name("warm_launch.py")
 _HEADER = struct.Struct("!I")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this process when the thread that forked it ends (Linux)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def preload(modules=PRELOAD) -> list[str]:
@@ -88,9 +83,7 @@ def serve(path: str, parent: int | None = None) -> None:
     """Listen on the unix socket ``path``; fork a kernel per launcher that connects; report
     each kernel's exit status and CPU seconds to its launcher. Ends when its parent does."""
     if parent is not None:
-        _die_with_parent()
-        if os.getppid() != parent:
-            os._exit(1)
+        die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the study's and the jobs' to handle
     # matplotlib reads its backend from the environment when imported: the one ipykernel sets
     # before any cell runs (ipykernel.kernelapp), unless the study's environment names one
@@ -144,6 +137,7 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict[int, sock
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     launcher, _, _ = struct.unpack("3i", creds)
     watch = os.pidfd_open(launcher)
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:  # the kernel
         code = 1
@@ -152,7 +146,7 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict[int, sock
             for c in kernels.values():
                 c.close()
             conn.close()
-            code = _kernel(request, fds, watch)
+            code = _kernel(request, fds, watch, server)
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         except BaseException:  # noqa: BLE001
@@ -171,12 +165,12 @@ def _start(conn: socket.socket, listener: socket.socket, kernels: dict[int, sock
     kernels[pid] = conn
 
 
-def _kernel(request: dict, fds: list[int], watch: int) -> int:
+def _kernel(request: dict, fds: list[int], watch: int, server: int) -> int:
     """In the forked child: become the kernel ``python -m ipykernel_launcher <args>`` would be."""
     import threading
 
     os.setsid()  # its own session and process group, as jupyter_client starts a kernel
-    _die_with_parent()  # the server (the study) gone: this kernel too
+    die_with_parent(server)  # the server (the study) gone: this kernel too
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)

@@ -3,9 +3,8 @@ SOCKET -f CONNECTION_FILE``. Standard library only (it starts in milliseconds): 
 server its stdio, environment, working folder and arguments, forwards the signals it gets to
 the kernel the server forked, writes that kernel's CPU seconds to ``$DIFFGRPO_KERNEL_CPU`` and
 exits with its status. It dies with the process that started it (the notebook job's papermill),
-and the kernel with it."""
+and the kernel with it (:mod:`diffgrpo.processes`, imported from this file's own folder)."""
 
-import ctypes
 import json
 import os
 import signal
@@ -13,13 +12,15 @@ import socket
 import struct
 import sys
 
+# run as a file, with no site-packages (-S): this file's own package, by its folder (lib/)
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from diffgrpo.processes import die_with_parent  # noqa: E402 - standard library only
+
 
 def main() -> int:
     path, args = sys.argv[1], sys.argv[2:]
     expected = os.environ.get("JPY_PARENT_PID")
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if expected and os.getppid() != int(expected):
-        return 1  # whoever started it is gone already
+    die_with_parent(int(expected) if expected else None)  # whoever started it gone already: exits 1
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     body = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
