@@ -8,7 +8,10 @@ notebooks execute. :class:`LocalExecutor` runs ``workers`` of them at a time on 
 each in its own process (``python -m diffgrpo.study.notebooks``, the command :meth:`NotebookJob.argv`
 gives), so a job can be stopped, and dies with the study, ``kill -9`` included (the job
 process asks Linux for ``PR_SET_PDEATHSIG``; its Jupyter kernel follows it through its parent
-poller). A cluster executor would submit the same commands to its queue, in an order that
+poller). The local executor owns every process its jobs start, whatever their parent: each
+carries the run's mark (:data:`diffgrpo.processes.OWNER_ENV`), and what is still running when
+its job has ended, or when the run ends, is killed (docs/reliability.md, "Owned processes").
+A cluster executor would submit the same commands to its queue, in an order that
 respects ``after``; nothing in the stages changes.
 
 Among the jobs ready to start, an earlier stage goes first (the probe before any training,
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Protocol
 
 
-from diffgrpo import progress
+from diffgrpo import processes, progress
 from diffgrpo.registry import Registry
 from diffgrpo.study import warm
 from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
@@ -150,16 +154,19 @@ class LocalExecutor:
         by_name = {j.name: j for j in jobs}
         bar = progress.bar(len(jobs), f"notebooks ({self.workers} at a time)", unit="nb", disable=not self.progress)
         shown = ""  # the running jobs the bar names, redrawn only when they change
-        parent = os.getpid()
         greedy = [j for j in jobs if self.gpus and j.stage in GPU_STAGES and j.gpus > len(self.gpus)]
         if greedy:
             raise ValueError(f"job {greedy[0].name!r} needs {greedy[0].gpus} GPU(s), but only {list(self.gpus)} are lent "
                              "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
+        # every process this run starts, and every one they start, carries <mark>/<job> (or
+        # <mark>/server): what outlives its job, or the run, is found by it and killed
+        mark = f"{os.getpid()}.{secrets.token_hex(4)}"
+        owned = {j.name: f"{mark}/{n}" for n, j in enumerate(jobs)}
         # a fork server only for jobs that start a notebook's kernel (a job with its own argv starts none)
         server = _warm_server(self.warm and any(j.stage in STAGES and type(j).argv is NotebookJob.argv for j in jobs),
-                              {**self.env, **os.environ})
+                              {**self.env, **os.environ, processes.OWNER_ENV: f"{mark}/server"})
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
@@ -170,15 +177,10 @@ class LocalExecutor:
                     ready = min(candidates, key=lambda j: (_stage_order(j.stage), -j.rank(), pending.index(j)))
                     pending.remove(ready)
                     ready.out_path.parent.mkdir(parents=True, exist_ok=True)
-                    env = {**self.env, **os.environ, DIE_WITH_ENV: str(parent)}
-                    if server is not None:
-                        env[warm.SOCKET_ENV] = server.path
-                        env[warm.CPU_ENV] = str(_kernel_cpu_file(server, ready))
-                        _kernel_cpu_file(server, ready).unlink(missing_ok=True)
                     if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
                         held[ready.name] = [free.pop(0) for _ in range(ready.gpus)] \
                             if ready.stage in GPU_STAGES else []
-                        env[VISIBLE_GPUS_ENV] = ",".join(held[ready.name])
+                    env = self._job_env(ready, server, owned[ready.name], held.get(ready.name))
                     log = open(ready.log_path, "w")
                     proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT, env=env)
                     running[ready.name] = (proc, time.perf_counter(), log)
@@ -190,6 +192,7 @@ class LocalExecutor:
                     if cpu is None:
                         continue
                     cpu += _kernel_cpu(server, by_name[name])
+                    processes.end(processes.marked(processes.OWNER_ENV, owned[name]))  # what its kernel left
                     log.close()
                     del running[name]
                     free.extend(held.pop(name, []))
@@ -212,12 +215,25 @@ class LocalExecutor:
             if server is not None:
                 server.stop()
                 shutil.rmtree(Path(server.path).parent, ignore_errors=True)
+            processes.end(processes.marked(processes.OWNER_ENV, mark))  # nothing of the run outlives it
         if failed:
             job, why = failed[0]
             skipped = [j.name for j in pending]
             more = f"; not started: {len(skipped)} job(s)" if skipped else ""
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
+
+    def _job_env(self, job: NotebookJob, server: warm.Server | None, owner: str, gpus: list[str] | None) -> dict:
+        """The environment ``job`` starts with: this process's, its mark ``owner``, the warm
+        kernel server's socket, and the GPUs it was given (None: every GPU is lent to it)."""
+        env = {**self.env, **os.environ, DIE_WITH_ENV: str(os.getpid()), processes.OWNER_ENV: owner}
+        if server is not None:
+            env[warm.SOCKET_ENV] = server.path
+            env[warm.CPU_ENV] = str(_kernel_cpu_file(server, job))
+            _kernel_cpu_file(server, job).unlink(missing_ok=True)
+        if gpus is not None:
+            env[VISIBLE_GPUS_ENV] = ",".join(gpus)
+        return env
 
 
 @EXECUTORS.register("local")
