@@ -16,7 +16,8 @@ import pytest
 matplotlib.use("Agg")
 
 from diffgrpo import params  # noqa: E402
-from diffgrpo.analysis import report as analyze, uncertainty  # noqa: E402
+from diffgrpo.analysis import report as analyze  # noqa: E402
+from diffgrpo.stats import intervals  # noqa: E402
 from diffgrpo.analysis.sections import budgets, checkpoint_contrasts  # noqa: E402
 from diffgrpo.store import layout  # noqa: E402
 from conftest import copy_renaming_arms  # noqa: E402
@@ -75,7 +76,7 @@ def _budget_study(gains: dict[str, tuple[float, float]], n: int, seeds: int, see
                          "accuracy": g / 100, "kind": "offline"})
     scores = analyze.Scores.of(np.zeros(n), runs)
     view = SimpleNamespace(cfg=SimpleNamespace(analyze=SimpleNamespace(seed=0)), scores=scores,
-                           boot=uncertainty.Bootstrap(n, 1000, 0), nested_arms=lambda: [])
+                           boot=intervals.Bootstrap(n, 1000, 0), nested_arms=lambda: [])
     return view, pd.DataFrame(rows)
 
 
@@ -158,7 +159,7 @@ def test_a_lead_is_established_from_the_first_checkpoint_it_holds_at_every_later
         ("dip", 0): curve((0.40, 0.40, 0.55, 0.45)), ("close", 0): curve((0.40, 0.40, 0.40, 0.60))})
     ref, pairs = checkpoint_contrasts.pairs_of(_arms("hard", "easy", "dip", "close"), ["easy", "hard", "close", "dip"])
     assert ref == "hard" and pairs == [("hard", "easy"), ("hard", "close"), ("hard", "dip")]
-    rows = checkpoint_contrasts.by_checkpoint(scores, uncertainty.Bootstrap(n, 2000, 0), pairs)
+    rows = checkpoint_contrasts.by_checkpoint(scores, intervals.Bootstrap(n, 2000, 0), pairs)
     assert len(rows) == 12 and set(rows["family"]) == {"arms"}
     assert rows["p_holm"].max() <= 1 and (rows["p_holm"] >= rows["p"]).all()
     leads = {lead["b"]: lead for lead in (checkpoint_contrasts.lead(g, 12) for _, g in rows.groupby("b"))}
@@ -174,7 +175,7 @@ def test_without_a_hard_arm_every_pair_and_with_one_checkpoint_nothing():
     n, rng = 200, np.random.default_rng(0)
     final_only = analyze.Scores.of(np.zeros(n), {("hard", 0): _exact(0.5, n, rng), ("easy", 0): _exact(0.4, n, rng)},
                                    step=30)
-    view = SimpleNamespace(scores=final_only, boot=uncertainty.Bootstrap(n, 200, 0), control=[],
+    view = SimpleNamespace(scores=final_only, boot=intervals.Bootstrap(n, 200, 0), control=[],
                            cfg=_arms("hard", "easy"))
     assert checkpoint_contrasts.write(view) == {}
 

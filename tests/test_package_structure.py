@@ -129,8 +129,8 @@ LAYERS = [
     ("config", ["diffgrpo.params"]),
     ("models", ["diffgrpo.models"]),
     ("store", ["diffgrpo.store"]),
-    ("statistics", ["diffgrpo.analysis.tables", "diffgrpo.analysis.uncertainty", "diffgrpo.analysis.learnability",
-                    "diffgrpo.analysis.calibration"]),
+    ("statistics", ["diffgrpo.stats", "diffgrpo.analysis.tables", "diffgrpo.analysis.uncertainty",
+                    "diffgrpo.analysis.learnability"]),
     ("stages", ["diffgrpo.probe", "diffgrpo.select", "diffgrpo.train", "diffgrpo.evaluate"]),
     ("report", ["diffgrpo.analysis"]),
     ("runner", ["diffgrpo.study"]),
@@ -166,7 +166,7 @@ def test_the_top_level_holds_the_extension_points_and_a_handful_of_packages():
     assert [t for t in top if t.endswith(".py")] == ["__init__.py", "errors.py", "evaluate.py", "policies.py",
                                                      "probe.py", "processes.py", "progress.py", "registry.py",
                                                      "rewards.py", "select.py"]
-    assert len([t for t in top if not t.endswith(".py")]) <= 8
+    assert len([t for t in top if not t.endswith(".py")]) <= 9  # stats: the statistics layer's own home (issue 44)
 
 
 def test_no_function_in_the_library_is_over_80_lines():

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from diffgrpo.analysis.tables import arm_order
-from diffgrpo.analysis.uncertainty import ALPHA, Bootstrap, MeanDist, draws, interval, mean_dist
+from diffgrpo.stats import ALPHA
+from diffgrpo.stats.intervals import Bootstrap, MeanDist, draws, interval, mean_dist
 
 WIDE = 50.0  # points: an interval on the share of the spread wider than this is called wide
 

@@ -11,8 +11,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diffgrpo.store import layout
-from diffgrpo.analysis.tables import FIRST_STEPS_FRAC, METRIC_NAMES, ARM_ORDER, arm_order
-from diffgrpo.analysis.uncertainty import fit_line
+from diffgrpo.analysis.tables import DIGITS, FIRST_STEPS_FRAC, METRIC_NAMES, ARM_ORDER, arm_order
+from diffgrpo.stats.lines import fit_line
 
 def _colors(arms: Iterable[str]) -> dict[str, str]:
     """One color per arm (or method), the same in every figure: 003's four first, the base grey;
@@ -94,7 +94,7 @@ def plot_learnable_vs_gain(runs: pd.DataFrame, points: pd.DataFrame, paper: str 
                     for s in arm_order(df["strategy"]) if s in control]
         handles += [Line2D([], [], ls="", marker=mk, color="k", label=m) for m, mk in markers.items()]
         fitted = df[~df["strategy"].isin(control)]
-        fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"])
+        fit = fit_line(fitted["learnable_pct"], fitted["gain_pp"], DIGITS)
         if fit["slope"] is not None:
             xs = np.linspace(fitted["learnable_pct"].min(), fitted["learnable_pct"].max(), 2)
             ax.plot(xs, fit["intercept"] + fit["slope"] * xs, "k--", lw=1)

@@ -1,6 +1,8 @@
-"""How large a difference a study can see: the minimum detectable difference of each Holm family,
-before the study runs (``python -m diffgrpo.study <params> --plan``) and beside each "not
-distinguishable" of a report (``detectable_pp``, :meth:`diffgrpo.analysis.uncertainty.MeanDist.detectable`).
+"""How large a difference a study can see, before it runs (``python -m diffgrpo.study <params>
+--plan``): the detectable difference of each Holm family from the variance components of a
+committed study of the same task and model. The statistics are :mod:`diffgrpo.stats.power` (the
+test inverted: :func:`~diffgrpo.stats.power.detectable`); this module finds the components and the
+families.
 
 A contrast's mean difference over n test prompts and S seeds varies as
 
@@ -10,9 +12,10 @@ A contrast's mean difference over n test prompts and S seeds varies as
 spread of the two arms' difference, sigma_seed^2 the seed's effect on it, sigma_resid^2 each run's
 per-prompt noise. The plan takes the three from a committed study of the same task and model
 (``docs/results/<study>/inputs/``, the median over its contrasts among the verifier's arms; the
-study is named), else from :data:`ASSUMED` (stated). The detectable difference at power 80% is
-(t_{1 - alpha / (2 m)} + t_{0.80}) x the mean's standard error, with m the family's size (Holm's
-first, strictest step: later steps resolve less) and Satterthwaite's degrees of freedom.
+study is named), else from :data:`ASSUMED` (stated). The detectable difference is the true one the
+report's test rejects with 80% power at Holm's first step (alpha / m, m the family's size: later
+steps resolve less), its seed part pooled as the report pools it: across every pair of the arms one
+call of the report contrasts (all the study's arms; a budget's arms), (K - 1)(S - 1) degrees of freedom.
 """
 
 from __future__ import annotations
@@ -22,39 +25,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from diffgrpo import params
-from diffgrpo.analysis.uncertainty import ALPHA, POWER, mean_squares, satterthwaite
 from diffgrpo.params import Config
+from diffgrpo.stats.pooling import all_pairs_df
+from diffgrpo.stats.power import components, detectable  # noqa: F401  (detectable: the plan's, diffgrpo.study)
 from diffgrpo.store import artifacts, layout
 
 #: the components assumed where no committed study shares the task and model (points^2): two arms'
 #: greedy answers differ on about 10% of prompts (0.1 x 100^2), a seed moves an arm's mean by a sd of
 #: 2 points (a difference: 2 x 4), and a run's answer flips on about 5% of prompts (2 x 0.05 x 100^2)
 ASSUMED = {"prompt": 1000.0, "seed": 8.0, "resid": 1000.0}
-
-
-def components(diff: np.ndarray) -> dict[str, float]:
-    """The three variance components (points^2) of a prompts x seeds matrix of differences, from
-    the two-way mean squares (each at least 0)."""
-    x = np.asarray(diff, float)
-    n, s = x.shape
-    ms = mean_squares(x)
-    if s == 1:
-        return {"prompt": ms.prompts, "seed": 0.0, "resid": 0.0}
-    return {"prompt": max(0.0, (ms.prompts - ms.resid) / s), "seed": max(0.0, (ms.seeds - ms.resid) / n),
-            "resid": ms.resid}
-
-
-def detectable(comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
-               power: float = POWER) -> float:
-    """The smallest true difference (points) a contrast of this design finds with ``power`` at
-    Holm's first step over ``m`` contrasts."""
-    v_prompt = comp["prompt"] / n_prompts
-    v_seed = comp["seed"] / n_seeds + comp["resid"] / (n_prompts * n_seeds)
-    df = satterthwaite(v_prompt, n_prompts - 1, v_seed, n_seeds - 1) if n_seeds > 1 else n_prompts - 1
-    return float((special.stdtrit(df, 1 - alpha / (2 * m)) + special.stdtrit(df, power)) * np.sqrt(v_prompt + v_seed))
 
 
 def committed_components(inputs: Path) -> tuple[dict[str, float], int]:
@@ -98,20 +79,26 @@ def matching_study(cfg: Config) -> Path | None:
 def families(cfg: Config) -> dict[str, int]:
     """Each Holm family the report will form, and its size: the pairs of verifier arms, each arm
     against a control, and the arms at each equal total-rollout budget."""
+    return {f: m for f, (m, _) in _families(cfg).items()}
+
+
+def _families(cfg: Config) -> dict[str, tuple[int, int]]:
+    """Each family's size and the number of arms whose contrasts pool their seed part with it."""
     from diffgrpo.train.ledger import planned_rollouts
 
     control = {a.name for a in cfg.arms if a.role == "control"}
     real = [a.name for a in cfg.arms if a.name not in control]
-    out = {"arms": len(real) * (len(real) - 1) // 2}
+    every = len(cfg.arms)
+    out = {"arms": (len(real) * (len(real) - 1) // 2, every)}
     if control:
-        out["control"] = len(real) * len(control) + len(control) * (len(control) - 1) // 2
+        out["control"] = (len(real) * len(control) + len(control) * (len(control) - 1) // 2, every)
     budgets: dict[int, int] = {}
     for a in cfg.arms:
         total = planned_rollouts(cfg, a.name)
         if total is not None:
             budgets[total] = budgets.get(total, 0) + 1
-    out.update({f"budget {b}": k * (k - 1) // 2 for b, k in sorted(budgets.items()) if k >= 2})
-    return {f: m for f, m in out.items() if m > 0}
+    out.update({f"budget {b}": (k * (k - 1) // 2, k) for b, k in sorted(budgets.items()) if k >= 2})
+    return {f: v for f, v in out.items() if v[0] > 0}
 
 
 def plan_lines(cfg: Config) -> list[str]:
@@ -128,7 +115,8 @@ def plan_lines(cfg: Config) -> list[str]:
     else:
         comp, where = ASSUMED, "assumed variance components (no committed study of this task and model; diffgrpo.analysis.power.ASSUMED)"
     sds = ", ".join(f"{k} sd {np.sqrt(v):.1f}" for k, v in comp.items())
-    lines = [f"detectable differences (80% power, Holm's first step, {n} test prompts x {s} seed(s)), from the {where}: "
-             f"{sds} points"]
-    lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m):.1f} points" for family, m in families(cfg).items()]
+    lines = [f"detectable differences (80% power, Holm's first step of the report's own test, {n} test prompts x {s} "
+             f"seed(s), the seed part pooled across the contrasts of the arms compared together), from the {where}: {sds} points"]
+    lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m, pool_df=all_pairs_df(k, s)):.1f} points"
+              for family, (m, k) in _families(cfg).items()]
     return lines

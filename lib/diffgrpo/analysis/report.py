@@ -54,8 +54,10 @@ import pandas as pd
 from diffgrpo import params, select
 from diffgrpo.analysis import learnability, papers, sections
 from diffgrpo.analysis.papers import grid, paper_numbers
-from diffgrpo.analysis.tables import accuracy_curves, arm_order, base_accuracy, final_checkpoints, markdown, _sorted
-from diffgrpo.analysis.uncertainty import Bootstrap, arm_intervals, contrasts, curve_intervals, fit_line, r2_interval
+from diffgrpo.analysis.tables import DIGITS, accuracy_curves, arm_order, base_accuracy, final_checkpoints, markdown, _sorted
+from diffgrpo.analysis.uncertainty import arm_intervals, contrasts, curve_intervals
+from diffgrpo.stats.intervals import Bootstrap
+from diffgrpo.stats.lines import fit_line, r2_interval
 from diffgrpo.params import Config
 from diffgrpo.store import layout
 from diffgrpo.store.artifacts import ArtifactError, read_json, read_parquet, write_csv, write_json, write_text
@@ -320,7 +322,7 @@ class StudyReport:
 
     @property
     def n_seeds(self) -> int:
-        """The most seeds any arm has: the intervals' seed part has n_seeds - 1 degrees of freedom."""
+        """The most seeds any arm has (the intervals' seed part: diffgrpo.stats.pooling)."""
         return int(self.arms["n_seeds"].max())
 
     @property
@@ -348,11 +350,11 @@ def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, 
     left out, named in ``excluded``), its R^2 with an interval that resamples arms then seeds
     within them, and the R^2 over the arms' means."""
     real = runs[~runs["strategy"].isin(list(control))]
-    regression = fit_line(real["learnable_pct"], real["gain_pp"])
-    regression["r2_ci95"] = (r2_interval(real["learnable_pct"], real["gain_pp"], n_boot, seed, groups=real["strategy"])
+    regression = fit_line(real["learnable_pct"], real["gain_pp"], DIGITS)
+    regression["r2_ci95"] = (r2_interval(real["learnable_pct"], real["gain_pp"], n_boot, seed, groups=real["strategy"], digits=DIGITS)
                              if regression["r2"] is not None else None)
     means = real.groupby("strategy", sort=False)[["learnable_pct", "gain_pp"]].mean()
-    regression["r2_arm_means"] = fit_line(means["learnable_pct"], means["gain_pp"])["r2"]
+    regression["r2_arm_means"] = fit_line(means["learnable_pct"], means["gain_pp"], DIGITS)["r2"]
     regression["arms"] = arm_order(real["strategy"])
     regression["excluded"] = [a for a in arm_order(runs["strategy"]) if a in set(control)]
     regression["r2_ci95_resamples"] = "arms, then seeds within each drawn arm"
@@ -380,7 +382,8 @@ def read_study(cfg: Config) -> StudyReport:
     arms = arm_intervals(scores, boot).merge(learn, left_on="strategy", right_index=True)
     curves = accuracy_curves(evals, metric).merge(curve_intervals(scores, boot), on=["strategy", "step"], how="left")
     seeds = int(arms["n_seeds"].max())
-    over = (f"test prompts (bootstrap) and seeds (t, {seeds - 1} df, floored at the runs' per-prompt noise)" if seeds > 1
+    over = (f"test prompts (bootstrap) and seeds (pooled across the study's contrasts where their spreads agree, else a t "
+            f"with {seeds - 1} df; floored at the runs' per-prompt noise; p never below the sign-flip test's)" if seeds > 1
             else "test prompts only (one seed per arm: seed variance is not included)")
     return StudyReport(
         cfg=cfg, out=layout.report_dir(cfg), metric=metric, runs=runs, manifests=complete, evals=evals,

@@ -11,7 +11,7 @@ crossing of point estimates (which is biased early when the curves are close). A
 checkpoint s of the lower-tier arm, the difference d(s) = its accuracy at s minus the all-tier
 arm's at its final checkpoint (``analyze.metric`` on the held-out test set, in points), paired on
 the same test prompts and the seeds both arms ran, gets the study's 95% interval (test prompts
-and seeds, :func:`~diffgrpo.analysis.uncertainty.mean_dist`). The lower-tier arm is
+and seeds, :func:`~diffgrpo.stats.intervals.mean_dist`). The lower-tier arm is
 *non-inferior* at s when that interval's lower end is above ``-analyze.match_margin`` points (a
 one-sided test at 2.5%). The checkpoints are tested in a fixed sequence, the last first, and the
 sequence stops at the first that is not non-inferior (the fixed-sequence procedure: the
@@ -48,7 +48,8 @@ from diffgrpo.analysis.papers import arm_selecting
 from diffgrpo.store import layout
 from diffgrpo.params import TEST_SET
 from diffgrpo.analysis.tables import final_checkpoints, tier_accuracy
-from diffgrpo.analysis.uncertainty import _round, mean_dist
+from diffgrpo.analysis.uncertainty import _round
+from diffgrpo.stats.intervals import mean_dist
 
 DEFINITION = ("earliest checkpoint from which on, to its last, the lower-tier arm is non-inferior to the all-tier "
               "arm's final checkpoint: the 95% interval of the paired difference (held-out test set, points; test "

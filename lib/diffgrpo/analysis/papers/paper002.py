@@ -34,7 +34,8 @@ from diffgrpo.store import layout
 from diffgrpo.store.artifacts import read_json, read_parquet, write_text
 from diffgrpo.analysis.papers.paper003 import pass_k_rows
 from diffgrpo.analysis.tables import DIGITS, beside, markdown
-from diffgrpo.analysis.uncertainty import _round, prompt_bound
+from diffgrpo.analysis.uncertainty import _round
+from diffgrpo.stats.intervals import prompt_bound
 
 #: the report's markdown tables and figures in the report folder (the notebook shows them)
 TABLES = ("table_eprli", "table_eprli_levels", "table_benchmarks")

@@ -14,8 +14,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from diffgrpo.analysis.tables import markdown
-from diffgrpo.analysis.uncertainty import fit_line
+from diffgrpo.analysis.tables import DIGITS, markdown
+from diffgrpo.stats.lines import fit_line
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "reported"  # the papers' numbers, one CSV per paper
 REPORTED_COLUMNS = ["paper", "table", "dataset", "model", "strategy", "metric", "value", "unit", "source", "note"]
@@ -55,14 +55,14 @@ def paper_regressions(points: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["subset", "slope", "intercept", "r2", "n"])
     subsets = {"all reported points": points, "Tables 1+2": points[points["table"] == "Table 1"]}
     subsets |= {f"{d} only": g for d, g in points.groupby("dataset")}
-    rows = [{"subset": name, **fit_line(g["learnable_pct"], g["gain_pp"])} for name, g in subsets.items()]
+    rows = [{"subset": name, **fit_line(g["learnable_pct"], g["gain_pp"], DIGITS)} for name, g in subsets.items()]
     return pd.DataFrame(rows).drop(columns="note")
 
 
 
 def paper_regression(points: pd.DataFrame, rep: pd.DataFrame) -> dict:
     """Figure 3's fit over every reported point, its note comparing with the R^2 the paper states."""
-    fit, stated = fit_line(points["learnable_pct"], points["gain_pp"]), stated_r2(rep)
+    fit, stated = fit_line(points["learnable_pct"], points["gain_pp"], DIGITS), stated_r2(rep)
     if points.empty:
         fit["note"] = "no paper chosen, or it reports no (learnable %, gain) pairs"
     elif fit["r2"] is not None and stated is not None:

@@ -14,7 +14,8 @@ Writes ``arms.csv`` / ``arms.md``. Its part of ``summary.json``::
 from __future__ import annotations
 
 from diffgrpo.analysis.tables import DIGITS, FIRST_STEPS_FRAC, markdown
-from diffgrpo.analysis.uncertainty import MAX_REFINE, _round
+from diffgrpo.analysis.uncertainty import _round
+from diffgrpo.stats.holm import MAX_REFINE
 from diffgrpo.store.artifacts import write_csv, write_text
 
 TABLES = ("arms",)

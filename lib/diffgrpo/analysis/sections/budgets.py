@@ -14,7 +14,7 @@ linear interpolation between its budgets. Below its smallest budget nothing is m
 method there already reads "at or below" that total; one that no budget brings there reads
 "not reached within the budgets studied", never an extrapolation. The 95% interval is the
 crossing per resample: every arm's gain drawn from the study's resamples of the test prompts
-(shared by the arms) and its own seed part (:func:`diffgrpo.analysis.uncertainty.draws`),
+(shared by the arms) and its own seed part (:func:`diffgrpo.stats.intervals.draws`),
 interpolated as the point is; its ends carry the same two censored readings. Arms whose runs are
 one trajectory stopped at different budgets (a ``.b960`` run the prefix of its ``.b1920`` run,
 :meth:`~diffgrpo.analysis.report.StudyReport.nested_arms`) share one seed part in these draws: they are
@@ -48,7 +48,9 @@ from matplotlib.figure import Figure
 from diffgrpo.analysis.figures import method_lines
 from diffgrpo.analysis.sections.compute import arm_rollouts
 from diffgrpo.analysis.tables import DIGITS, method_of
-from diffgrpo.analysis.uncertainty import ALPHA, _round, contrasts, draws, interval, mean_dist, seed_noise
+from diffgrpo.analysis.uncertainty import _round, contrasts
+from diffgrpo.stats import ALPHA
+from diffgrpo.stats.intervals import draws, interval, mean_dist, seed_noise
 from diffgrpo.store.artifacts import save_figure
 from diffgrpo.train.ledger import arm_kind, planned_rollouts
 

@@ -12,7 +12,8 @@ Writes ``contrasts.csv`` / ``contrasts.md``. Its part of ``summary.json``::
 from __future__ import annotations
 
 from diffgrpo.analysis.tables import DIGITS, markdown
-from diffgrpo.analysis.uncertainty import MAX_REFINE, _round, holm_families
+from diffgrpo.analysis.uncertainty import _round, holm_families
+from diffgrpo.stats.holm import MAX_REFINE
 from diffgrpo.store.artifacts import write_csv, write_text
 
 TABLES = ("contrasts",)
@@ -36,8 +37,9 @@ def write(study) -> dict:
                f"prompts and seeds; 95% interval over {study.over}; p two-sided from {study.cfg.analyze.bootstrap} prompt "
                f"resamples, more (up to {MAX_REFINE}x; column `resamples`) only where Holm's step-down compares it with a "
                "threshold its Monte Carlo error straddles (still so at the cap: undecided); decision by Holm's step-down, "
-               "p_holm adjusted within each Holm family; detectable_pp: the true difference this contrast would find with "
-               "80% power at Holm's first-step threshold (the size a 'not distinguishable' could have seen)\n\n"
+               "p_holm adjusted within each Holm family; detectable_pp: the true difference this contrast's own test "
+               "finds with 80% power at Holm's first-step threshold, the test inverted (the size a 'not distinguishable' "
+               "could have seen)\n\n"
                f"Holm families: {family_text or 'none'}\n\n"
                + (markdown(pairs.round(DIGITS)) if len(pairs) else "(one arm)\n"))
     return {"contrasts": [_contrast(r) for r in pairs.to_dict("records")], "holm_families": families}

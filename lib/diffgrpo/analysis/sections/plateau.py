@@ -1,6 +1,6 @@
 """Paper 000's capacity boundary as a test, not a picture: per difficulty tier of the held-out
 set, the base model's accuracy and each arm's gain with its 95% interval (the tier's test
-prompts x seeds, :func:`~diffgrpo.analysis.uncertainty.mean_dist`), and per arm the contrast
+prompts x seeds, :func:`~diffgrpo.stats.intervals.mean_dist`), and per arm the contrast
 "gain on the hardest tier minus gain on the other tiers" with its interval.
 
 A plateau on the hardest tier (000: gains stop where the base model is least competent) reads
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from diffgrpo.analysis.tables import DIGITS, arm_order, markdown
-from diffgrpo.analysis.uncertainty import Bootstrap, mean_dist
+from diffgrpo.stats.intervals import Bootstrap, mean_dist
 from diffgrpo.store.artifacts import write_csv, write_text
 from diffgrpo.tasks import splits
 

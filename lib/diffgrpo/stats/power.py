@@ -1,0 +1,160 @@
+"""How large a difference a study's test finds: the power of the test the report runs, and the
+detectable difference, the true difference it rejects with 80% power at Holm's first step
+(alpha / m for a family of m contrasts), found by inverting that test.
+
+The test (:mod:`diffgrpo.stats.intervals`): the mean difference over n test prompts and S seeds,
+est ~ N(delta, V) with V = v_prompt + tau^2 / S, where v_prompt = sigma_prompt^2 / n is the
+prompts' part and tau^2 = sigma_seed^2 + sigma_resid^2 / n one seed mean's variance, of which the
+floor f = sigma_resid^2 / n is each run's per-prompt noise. The test rejects when |est| exceeds the
+1 - alpha / 2 quantile of its null distribution: N(0, v_prompt) convolved with the seed part's
+pivot N(0, max(tau_hat^2 df / chi2_df, f) / S), whose variance estimate tau_hat^2 is itself drawn,
+tau^2 chi2_df / df with the seed part's ``df`` degrees of freedom (S - 1, or more where the seed part
+is pooled across a study's contrasts, :mod:`diffgrpo.stats.pooling`), independent of est under
+normal errors. So the critical point is a random variable and the power is
+
+    P(reject | delta) = E over tau_hat^2 of [Phi((delta - c(tau_hat^2)) / sqrt V) + Phi((-delta - c(tau_hat^2)) / sqrt V)],
+
+computed by Gauss-Legendre quadrature over the chi2's quantiles, each critical point c by root
+finding on the (closed-form) mixture of normals: exact for normal errors, with no simulation. It
+is what a formula (t_{1-alpha/2m} + t_{0.80}) x SE with Satterthwaite's degrees of freedom is not:
+the floored pivot's critical point with few degrees of freedom is far out in its tail at alpha / 2m
+(issue 44: 3.97 SE where the formula took 2.85) and varies from study to study. The departures of
+the report's test from that model (0/1 scores, the prompt bootstrap, the homogeneity check, the
+sign-flip floor on p) are measured by simulation: :func:`diffgrpo.stats.calibration.simulated_power`
+(seeded, with its Monte Carlo error) and the calibration grid's power at the stated size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special
+
+from diffgrpo.stats import ALPHA, POWER
+from diffgrpo.stats.anova import mean_squares
+from diffgrpo.stats.seed_part import SeedPart
+
+_NODES = np.polynomial.legendre.leggauss(32)  # over the seed part estimate's chi2 quantiles
+
+
+def components(diff: np.ndarray) -> dict[str, float]:
+    """The three variance components (points^2) of a prompts x seeds matrix of differences, from
+    the two-way mean squares (each at least 0): the prompts' own spread of the difference, the
+    seed's effect on it and each run's per-prompt noise."""
+    x = np.asarray(diff, float)
+    n, s = x.shape
+    ms = mean_squares(x)
+    if s == 1:
+        return {"prompt": ms.prompts, "seed": 0.0, "resid": 0.0}
+    return {"prompt": max(0.0, (ms.prompts - ms.resid) / s), "seed": max(0.0, (ms.seeds - ms.resid) / n),
+            "resid": ms.resid}
+
+
+def critical_point(v_prompt: float, tau2_hat: float, floor: float, df: float, n_seeds: int, alpha: float,
+                   offset: float = 0.0) -> float:
+    """The test's two-sided critical point for |est| at ``alpha`` given the seed part's estimate
+    ``tau2_hat`` of one seed mean's variance (no seed part with one seed or ``df`` 0); ``offset``:
+    the part of it that is not drawn (a pooled seed part's, :class:`~diffgrpo.stats.pooling.Pool`)."""
+    if n_seeds < 2 or df <= 0:
+        scales, weights = np.zeros(1), np.ones(1)
+    else:
+        seed = SeedPart(df * max(tau2_hat - offset, 0.0), floor, n_seeds, df, offset)
+        scales, weights = seed.mixture if not seed.empty else (np.zeros(1), np.ones(1))
+    sd = np.sqrt(v_prompt + scales ** 2)
+    if not (sd > 0).any():
+        return 0.0
+    sd = np.maximum(sd, 1e-300)
+    q = 1 - alpha / 2
+    hi = float(sd.max()) * 2
+    while special.ndtr(hi / sd) @ weights < q:
+        hi *= 2
+    return optimize.brentq(lambda c: float(special.ndtr(c / sd) @ weights) - q, 0.0, hi, xtol=1e-10 * hi)
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a contrast's test and its mean's variance rest on (module docstring): the prompt part's
+    variance ``v_prompt``, one seed mean's true variance ``tau2`` (the seed's variance plus the
+    ``floor``), the seed part's degrees of freedom ``df`` (0: none) and ``offset`` (a pooled seed
+    part's, :class:`~diffgrpo.stats.pooling.Pool`), and the seeds ``n_seeds``."""
+
+    v_prompt: float
+    tau2: float
+    floor: float
+    df: float
+    n_seeds: int
+    offset: float = 0.0
+
+    @property
+    def sd(self) -> float:
+        """The mean's true standard deviation."""
+        return float(np.sqrt(self.v_prompt + self.tau2 / max(self.n_seeds, 1)))
+
+    def thresholds(self, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+        """The |est| above which the test rejects at two-sided ``alpha``, at each quadrature node of
+        its seed part's estimate tau_hat^2 ~ offset + (tau^2 - offset) chi2_df / df, and the weights."""
+        if self.n_seeds < 2 or self.df <= 0 or self.tau2 <= self.offset:
+            estimates, weights = np.array([self.tau2]), np.ones(1)
+        else:
+            x, w = _NODES
+            chi2 = special.chdtri(self.df, 1 - (x + 1) / 2)  # the chi2's quantiles at the nodes
+            estimates, weights = self.offset + (self.tau2 - self.offset) * chi2 / self.df, w / 2
+        crit = [critical_point(self.v_prompt, t, self.floor, self.df, self.n_seeds, alpha, self.offset) for t in estimates]
+        return np.array(crit), weights
+
+    def power(self, delta: float, thresholds: tuple[np.ndarray, np.ndarray]) -> float:
+        """P(the test rejects) at a true difference ``delta``, given its :meth:`thresholds`."""
+        crit, weights = thresholds
+        if self.sd <= 0:
+            return float(((abs(delta) > crit) * weights).sum())
+        return float((special.ndtr((delta - crit) / self.sd) + special.ndtr((-delta - crit) / self.sd)) @ weights)
+
+
+def power_of_test(delta: float, design: Design, alpha: float = ALPHA) -> float:
+    """P(the test rejects at two-sided ``alpha``) when the true difference is ``delta`` (module docstring)."""
+    return design.power(delta, design.thresholds(alpha))
+
+
+def detectable_difference(design: Design, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true difference the test rejects with ``power`` at two-sided ``alpha``
+    (:func:`power_of_test` inverted by root finding; 0 when the mean does not vary)."""
+    if design.sd <= 0:
+        return 0.0
+    thresholds = design.thresholds(alpha)
+    if design.power(0.0, thresholds) >= power:
+        return 0.0
+    hi = float(thresholds[0].max()) + 4 * design.sd
+    return float(optimize.brentq(lambda d: design.power(d, thresholds) - power, 0.0, hi, xtol=1e-6 * hi))
+
+
+def variances_of(comp: dict[str, float], n_prompts: int, n_seeds: int) -> tuple[float, float, float]:
+    """(v_prompt, tau^2, floor) of a contrast with variance components ``comp`` (points^2:
+    ``prompt``, ``seed``, ``resid``) over ``n_prompts`` x ``n_seeds``. With one seed the test's
+    prompt part holds the per-run noise too, and the seed's variance is in the mean but not the test."""
+    if n_seeds < 2:
+        return (comp["prompt"] + comp["resid"]) / n_prompts, comp["seed"], 0.0
+    return comp["prompt"] / n_prompts, comp["seed"] + comp["resid"] / n_prompts, comp["resid"] / n_prompts
+
+
+def design_of(comp: dict[str, float], n_prompts: int, n_seeds: int, pool_df: float | None = None) -> Design:
+    """The :class:`Design` of a contrast with variance components ``comp`` (points^2) over
+    ``n_prompts`` x ``n_seeds``; ``pool_df``: its seed part's degrees of freedom where the report
+    pools it across the study's contrasts (:func:`diffgrpo.stats.pooling.all_pairs_df`); None: S - 1."""
+    v_prompt, tau2, floor = variances_of(comp, n_prompts, n_seeds)
+    df = float(n_seeds - 1 if pool_df is None else pool_df) if n_seeds > 1 else 0.0
+    return Design(v_prompt, tau2, floor, df, n_seeds)
+
+
+def detectable(comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
+               power: float = POWER, *, pool_df: float | None = None) -> float:
+    """The smallest true difference (points) a contrast of this design finds with ``power`` at
+    Holm's first step over ``m`` contrasts, from its variance components (:func:`components`),
+    ``pool_df`` as :func:`design_of`'s."""
+    return detectable_difference(design_of(comp, n_prompts, n_seeds, pool_df), alpha / m, power)
+
+
+def power_at(delta: float, comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
+             *, pool_df: float | None = None) -> float:
+    """The power of Holm's first step over ``m`` contrasts at a true difference ``delta`` (points)."""
+    return power_of_test(delta, design_of(comp, n_prompts, n_seeds, pool_df), alpha / m)
