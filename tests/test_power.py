@@ -4,6 +4,7 @@ prints (diffgrpo.stats.power, diffgrpo.analysis.power)."""
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from diffgrpo import params
 from diffgrpo.analysis import power as plan
@@ -65,8 +66,8 @@ def test_the_critical_point_is_the_tests_own_and_the_old_formula_understated_it(
     80%; pooled across every pair of the study's 5 arms (12 degrees of freedom, not 3) it is smaller."""
     comp = {"prompt": 243.0, "seed": 0.0, "resid": 605.0}  # prompt sd 15.6, per-run noise sd 24.6 points
     design = power.design_of(comp, 300, 4)
-    crit, weights = design.thresholds(0.05 / 6)
-    assert (crit @ weights) / design.sd > 3.5
+    thresholds = design.thresholds(0.05 / 6)
+    assert (thresholds.crit[:, 0] @ thresholds.weights) / design.sd > 3.5
     # with no prompt part the critical point is the seed part's own quantile
     seed = intervals.SeedPart(spread=3 * design.tau2, floor=design.floor, n_seeds=4)
     assert power.critical_point(0.0, design.tau2, design.floor, 3, 4, 0.05 / 6) == pytest.approx(
@@ -90,3 +91,26 @@ def test_one_contrast_simulated_at_its_stated_size_is_found_with_80_percent_powe
     stated = power.detectable(comp, n, n_seeds, m, pool_df=pooling.all_pairs_df(4, n_seeds))
     rate, se = calibration.simulated_power(stated, comp, n, n_seeds, n_arms=4, m=m, n_sims=400, n_boot=400, seed=1)
     assert abs(rate - 0.8) <= 3 * se, (stated, rate, se)
+
+
+def test_where_few_prompts_carry_a_difference_the_tests_variance_moves_with_its_estimate():
+    """0/1 scores that differ on a few prompts, all one way: a study that drew more of them sees a
+    larger difference and a larger variance, so the test finds more than a normal model with the
+    same components says. kappa (the rows' third moment over n^2, over the mean's variance) is 0
+    for symmetric values and positive here, and the detectable difference it gives is smaller."""
+    rng = np.random.default_rng(0)
+    symmetric = rng.normal(0, 30, 300)
+    assert power.kappa_of(symmetric - symmetric.mean() + 2.0, 2.0, 3.0) < 0.02
+    few = np.r_[np.full(9, 100.0), np.zeros(291)]  # 3 points, from 9 prompts won in every seed
+    v = few.var() / 300
+    kappa = power.kappa_of(few, few.mean(), v)
+    assert kappa == pytest.approx(((few - few.mean()) ** 3).mean() / 300 ** 2 / v) and 0.2 < kappa < 0.4
+    flat = power.Design(v, 0.0, 0.0, 0.0, 1)
+    skewed = power.Design(v, 0.0, 0.0, 0.0, 1, kappa=kappa)
+    d = power.detectable_difference(skewed, 0.05 / 6)
+    assert d < 0.92 * power.detectable_difference(flat, 0.05 / 6)
+    # at that size, studies that draw the winning prompts as a Poisson count, each testing with its own
+    # variance (wins x 100^2 / n^2), reject in 80% of cases (the flat design's size would be ~90%)
+    wins = rng.poisson(d * 300 / 100, 20000)
+    est, sd = wins * 100 / 300, np.sqrt(wins) * 100 / 300
+    assert abs((est > stats.norm.ppf(1 - 0.05 / 12) * sd).mean() - 0.8) < 0.04

@@ -26,8 +26,8 @@ Each simulated study of a cell holds:
   accuracy, the others half below, so that 40 points stay inside 0-1): the power of C - A at
   Holm's first step in its family of 6. The stated size is what :func:`diffgrpo.stats.power.detectable`
   says for the contrast's variance components at that size (they grow with it: 0/1 scores that
-  differ on more prompts): the fixed point, each size's components from the mean squares of
-  ``PILOT`` studies.
+  differ on more prompts), and the test's variance moves with its estimate where few prompts carry
+  the difference (kappa): the fixed point, each size's components and kappa from ``PILOT`` studies.
 
 Each check is one evaluation of the mean's distribution function: an interval covers a value v
 when P(mean <= v) lies within [2.5%, 97.5%] (or the reflected interval holds it,
@@ -149,32 +149,37 @@ def one_study(rng, boot: Bootstrap, n_seeds: int, seed_sd: float, r: float, stat
 
 
 def contrast_components(seed: list[int], n_prompts: int, n_seeds: int, seed_sd: float, r: float, shift_pp: float,
-                        n_studies: int = PILOT) -> dict[str, float]:
-    """The variance components of C - A at ``shift_pp`` points: the prompts' and the runs' from the
-    mean of its two-way mean squares over ``n_studies`` simulated studies (each unbiased) drawn from
-    ``seed`` (the same draws at every size: a smooth function of the size); the seed's, 2 seed_sd^2,
-    known (each run's accuracy offset is drawn with that sd)."""
+                        n_studies: int = PILOT) -> tuple[dict[str, float], float]:
+    """The variance components of C - A at ``shift_pp`` points, and the test's kappa there
+    (:class:`~diffgrpo.stats.power.Design`): the prompts' and the runs' components from the mean of
+    its two-way mean squares over ``n_studies`` simulated studies (each unbiased) drawn from
+    ``seed`` (the same draws at every size: a smooth function of the size), the seed's known
+    (2 seed_sd^2: each run's accuracy offset is drawn with that sd), and kappa the regression slope,
+    over those studies, of the test's prompt-part variance (MS_prompts - MS_resid) / (n S) on est."""
     rng = np.random.default_rng(seed)
     ms = []
     for _ in range(n_studies):
         z = rng.standard_normal(n_prompts)
         c, a = arms(rng, z, 2, n_seeds, seed_sd, r, shift_pp, split=True)
         m = mean_squares(100.0 * (c - a))
-        ms.append((m.prompts, m.seeds, m.resid))
-    p, s, e = np.mean(ms, axis=0)
-    return {"prompt": max(0.0, (p - e) / n_seeds), "seed": 2 * seed_sd ** 2, "resid": float(e)}
+        ms.append((m.prompts, m.seeds, m.resid, m.est))
+    ms = np.array(ms)
+    p, s, e = ms[:, :3].mean(axis=0)
+    v_hat, est = np.maximum(ms[:, 0] - ms[:, 2], 0.0) / (n_prompts * n_seeds), ms[:, 3]
+    kappa = max(0.0, float(np.cov(v_hat, est)[0, 1] / est.var(ddof=1))) if est.var() > 0 else 0.0
+    return {"prompt": max(0.0, (p - e) / n_seeds), "seed": 2 * seed_sd ** 2, "resid": float(e)}, kappa
 
 
 def stated_size(seed: list[int], n_prompts: int, n_seeds: int, seed_sd: float, r: float, method: str = "pooled") -> float:
     """The detectable size the kit states for C - A in its family of 6 (80% power at Holm's first
-    step, :func:`diffgrpo.stats.power.detectable`) from the contrast's true variance components at
-    that size: the fixed point detectable(components(size)) = size, by root finding."""
+    step, :func:`diffgrpo.stats.power.detectable`) from the contrast's true variance components and
+    kappa at that size: the fixed point detectable(size) = size, by root finding."""
     m = EFFECT_ARMS * (EFFECT_ARMS - 1) // 2
     pool_df = all_pairs_df(EFFECT_ARMS, n_seeds) if method == "pooled" else None
 
     def excess(size: float) -> float:
-        comp = contrast_components(seed, n_prompts, n_seeds, seed_sd, r, size)
-        return detectable(comp, n_prompts, n_seeds, m, pool_df=pool_df) - size
+        comp, kappa = contrast_components(seed, n_prompts, n_seeds, seed_sd, r, size)
+        return detectable(comp, n_prompts, n_seeds, m, pool_df=pool_df, kappa=kappa) - size
     hi = EFFECT_PP
     while excess(hi) > 0:
         hi *= 2

@@ -36,7 +36,7 @@ from scipy import optimize, special
 
 from diffgrpo.stats import ALPHA, POWER
 from diffgrpo.stats.anova import mean_squares
-from diffgrpo.stats.power import Design, detectable_difference
+from diffgrpo.stats.power import Design, detectable_difference, kappa_of
 from diffgrpo.stats.seed_part import SeedPart
 
 EXACT_MAX = 16  # sign_flip_p enumerates the 2^D sign patterns of up to this many discordant prompts
@@ -162,13 +162,14 @@ class MeanDist:
 
     def detectable(self, alpha: float = ALPHA, power: float = POWER) -> float:
         """The smallest true difference this contrast's test rejects with ``power`` at a two-sided
-        ``alpha`` (Holm's first step: alpha / the family's size), from its own variance components:
-        the test inverted (:func:`diffgrpo.stats.power.detectable_difference`)."""
-        seed = self.seed
+        ``alpha`` (Holm's first step: alpha / the family's size), from its own variance components
+        and its per-prompt values' skew: the test inverted (:func:`diffgrpo.stats.power.detectable_difference`)."""
+        seed, v = self.seed, float(np.var(self.dev))
+        kappa = 0.0 if self.rows is None else kappa_of(self.rows, self.est, v + seed.variance)
         if seed.empty:
-            return detectable_difference(Design(float(np.var(self.dev)), 0.0, 0.0, 0.0, 1), alpha, power)
-        return detectable_difference(Design(float(np.var(self.dev)), seed.tau2, seed.floor, seed.dof, seed.n_seeds,
-                                            seed.offset), alpha, power)
+            return detectable_difference(Design(v, 0.0, 0.0, 0.0, 1, kappa=kappa), alpha, power)
+        return detectable_difference(Design(v, seed.tau2, seed.floor, seed.dof, seed.n_seeds, seed.offset, kappa),
+                                     alpha, power)
 
 
 def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1, run_noise_floor: bool = True,

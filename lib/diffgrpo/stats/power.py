@@ -77,7 +77,13 @@ class Design:
     """What a contrast's test and its mean's variance rest on (module docstring): the prompt part's
     variance ``v_prompt``, one seed mean's true variance ``tau2`` (the seed's variance plus the
     ``floor``), the seed part's degrees of freedom ``df`` (0: none) and ``offset`` (a pooled seed
-    part's, :class:`~diffgrpo.stats.pooling.Pool`), and the seeds ``n_seeds``."""
+    part's, :class:`~diffgrpo.stats.pooling.Pool`), the seeds ``n_seeds``, and ``kappa``: how the
+    test's own estimate of the prompt part's variance moves with est, its regression slope
+    Cov(v_hat, est) / Var(est) in the direction of the difference. With 0/1 scores a difference is
+    carried by a few prompts that one arm wins: a study that drew more of them sees a larger
+    difference and a larger variance (the prompts' third moment: Cov(v_hat, est) = mu_3 / n^2), so
+    the test rejects where est exceeds c(v_prompt + kappa (est - delta)), not c(v_prompt): with few
+    discordant prompts it finds more than a normal model says. 0: symmetric per-prompt values."""
 
     v_prompt: float
     tau2: float
@@ -85,30 +91,77 @@ class Design:
     df: float
     n_seeds: int
     offset: float = 0.0
+    kappa: float = 0.0
 
     @property
     def sd(self) -> float:
         """The mean's true standard deviation."""
         return float(np.sqrt(self.v_prompt + self.tau2 / max(self.n_seeds, 1)))
 
-    def thresholds(self, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-        """The |est| above which the test rejects at two-sided ``alpha``, at each quadrature node of
-        its seed part's estimate tau_hat^2 ~ offset + (tau^2 - offset) chi2_df / df, and the weights."""
+    def _nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The quadrature nodes of the seed part's estimate tau_hat^2 ~ offset + (tau^2 - offset) chi2_df / df."""
         if self.n_seeds < 2 or self.df <= 0 or self.tau2 <= self.offset:
-            estimates, weights = np.array([self.tau2]), np.ones(1)
-        else:
-            x, w = _NODES
-            chi2 = special.chdtri(self.df, 1 - (x + 1) / 2)  # the chi2's quantiles at the nodes
-            estimates, weights = self.offset + (self.tau2 - self.offset) * chi2 / self.df, w / 2
-        crit = [critical_point(self.v_prompt, t, self.floor, self.df, self.n_seeds, alpha, self.offset) for t in estimates]
-        return np.array(crit), weights
+            return np.array([self.tau2]), np.ones(1)
+        x, w = _NODES
+        chi2 = special.chdtri(self.df, 1 - (x + 1) / 2)  # the chi2's quantiles at the nodes
+        return self.offset + (self.tau2 - self.offset) * chi2 / self.df, w / 2
 
-    def power(self, delta: float, thresholds: tuple[np.ndarray, np.ndarray]) -> float:
-        """P(the test rejects) at a true difference ``delta``, given its :meth:`thresholds`."""
-        crit, weights = thresholds
+    def _crit(self, v: float, tau2_hat: float, alpha: float) -> float:
+        return critical_point(v, tau2_hat, self.floor, self.df, self.n_seeds, alpha, self.offset)
+
+    def thresholds(self, alpha: float) -> "Thresholds":
+        """The test's critical points at two-sided ``alpha``, at each node of its seed part's
+        estimate: at the prompt part's variance itself, or (``kappa``) on a grid of variances."""
+        estimates, weights = self._nodes()
+        if self.kappa <= 0 or self.v_prompt <= 0:
+            return Thresholds(np.zeros(1), np.array([[self._crit(self.v_prompt, t, alpha)] for t in estimates]), weights)
+        grid = self.v_prompt * _VGRID
+        return Thresholds(grid, np.array([[self._crit(v, t, alpha) for v in grid] for t in estimates]), weights)
+
+    def power(self, delta: float, thresholds: "Thresholds") -> float:
+        """P(the test rejects) at a true difference ``delta``, given its :meth:`thresholds`: where
+        ``kappa``, the rejection point e of each node solves e = c(v_prompt + kappa (e - |delta|))."""
+        up, low = thresholds.at(abs(delta), self.v_prompt, self.kappa)
+        weights = thresholds.weights
         if self.sd <= 0:
-            return float(((abs(delta) > crit) * weights).sum())
-        return float((special.ndtr((delta - crit) / self.sd) + special.ndtr((-delta - crit) / self.sd)) @ weights)
+            return float(((abs(delta) > up) * weights).sum())
+        return float((special.ndtr((abs(delta) - up) / self.sd) + special.ndtr((-abs(delta) - low) / self.sd)) @ weights)
+
+
+_VGRID = np.r_[0.0, np.geomspace(0.02, 6.0, 24)]  # multiples of v_prompt on which c(v) is tabulated (kappa > 0)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Critical points c(v, tau_hat^2): one row per node of tau_hat^2 (``weights``), one column per
+    prompt-part variance in ``grid`` (a single column, at v_prompt itself, without kappa)."""
+
+    grid: np.ndarray
+    crit: np.ndarray
+    weights: np.ndarray
+
+    def at(self, delta: float, v: float, kappa: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's rejection points above and below 0 at a true difference ``delta`` >= 0."""
+        if self.crit.shape[1] == 1:
+            return self.crit[:, 0], self.crit[:, 0]
+        c = lambda row, var: float(np.interp(var, self.grid, row))  # noqa: E731
+        up, low = [], []
+        for row in self.crit:
+            e = c(row, v)
+            for _ in range(100):
+                nxt = c(row, min(max(v + kappa * (e - delta), 0.0), self.grid[-1]))
+                if abs(nxt - e) <= 1e-9 * max(nxt, 1e-300):
+                    break
+                e = nxt
+            up.append(e)
+            e = c(row, v)  # below 0: est = -e, its variance v + kappa (-e - delta)
+            for _ in range(100):
+                nxt = c(row, min(max(v + kappa * (-e - delta), 0.0), self.grid[-1]))
+                if abs(nxt - e) <= 1e-9 * max(nxt, 1e-300):
+                    break
+                e = nxt
+            low.append(e)
+        return np.array(up), np.array(low)
 
 
 def power_of_test(delta: float, design: Design, alpha: float = ALPHA) -> float:
@@ -124,7 +177,7 @@ def detectable_difference(design: Design, alpha: float = ALPHA, power: float = P
     thresholds = design.thresholds(alpha)
     if design.power(0.0, thresholds) >= power:
         return 0.0
-    hi = float(thresholds[0].max()) + 4 * design.sd
+    hi = float(thresholds.crit.max()) + 4 * design.sd
     return float(optimize.brentq(lambda d: design.power(d, thresholds) - power, 0.0, hi, xtol=1e-6 * hi))
 
 
@@ -137,24 +190,39 @@ def variances_of(comp: dict[str, float], n_prompts: int, n_seeds: int) -> tuple[
     return comp["prompt"] / n_prompts, comp["seed"] + comp["resid"] / n_prompts, comp["resid"] / n_prompts
 
 
-def design_of(comp: dict[str, float], n_prompts: int, n_seeds: int, pool_df: float | None = None) -> Design:
+def design_of(comp: dict[str, float], n_prompts: int, n_seeds: int, pool_df: float | None = None,
+              kappa: float = 0.0) -> Design:
     """The :class:`Design` of a contrast with variance components ``comp`` (points^2) over
     ``n_prompts`` x ``n_seeds``; ``pool_df``: its seed part's degrees of freedom where the report
-    pools it across the study's contrasts (:func:`diffgrpo.stats.pooling.all_pairs_df`); None: S - 1."""
+    pools it across the study's contrasts (:func:`diffgrpo.stats.pooling.all_pairs_df`); None:
+    S - 1; ``kappa``: :class:`Design`'s (0: the prompts' values symmetric)."""
     v_prompt, tau2, floor = variances_of(comp, n_prompts, n_seeds)
     df = float(n_seeds - 1 if pool_df is None else pool_df) if n_seeds > 1 else 0.0
-    return Design(v_prompt, tau2, floor, df, n_seeds)
+    return Design(v_prompt, tau2, floor, df, n_seeds, kappa=kappa)
 
 
 def detectable(comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
-               power: float = POWER, *, pool_df: float | None = None) -> float:
+               power: float = POWER, *, pool_df: float | None = None, kappa: float = 0.0) -> float:
     """The smallest true difference (points) a contrast of this design finds with ``power`` at
     Holm's first step over ``m`` contrasts, from its variance components (:func:`components`),
-    ``pool_df`` as :func:`design_of`'s."""
-    return detectable_difference(design_of(comp, n_prompts, n_seeds, pool_df), alpha / m, power)
+    ``pool_df`` and ``kappa`` as :func:`design_of`'s."""
+    return detectable_difference(design_of(comp, n_prompts, n_seeds, pool_df, kappa), alpha / m, power)
 
 
 def power_at(delta: float, comp: dict[str, float], n_prompts: int, n_seeds: int, m: int = 1, alpha: float = ALPHA,
-             *, pool_df: float | None = None) -> float:
+             *, pool_df: float | None = None, kappa: float = 0.0) -> float:
     """The power of Holm's first step over ``m`` contrasts at a true difference ``delta`` (points)."""
-    return power_of_test(delta, design_of(comp, n_prompts, n_seeds, pool_df), alpha / m)
+    return power_of_test(delta, design_of(comp, n_prompts, n_seeds, pool_df, kappa), alpha / m)
+
+
+def kappa_of(rows: np.ndarray, est: float, variance: float) -> float:
+    """:class:`Design`'s ``kappa`` from a contrast's seed-averaged per-prompt values ``rows``, its
+    estimate and its mean's variance: the rows' third central moment over n^2 (the covariance of
+    their variance's estimate with their mean under resampling of the prompts) over the variance,
+    in the direction of ``est``; at least 0."""
+    r = np.asarray(rows, float)
+    n = len(r)
+    if n < 3 or variance <= 0:
+        return 0.0
+    mu3 = float(((r - r.mean()) ** 3).mean())
+    return max(0.0, float(np.sign(est) or 1.0) * mu3 / (n * n * variance))
