@@ -171,6 +171,39 @@ def test_the_executor_counts_each_jobs_cpu_seconds_its_childrens_included(tmp_pa
     assert cpu["idle"] < seconds["idle"]  # it slept: wall time is not CPU time
 
 
+@dataclass(frozen=True)
+class KernelJob(executors.NotebookJob):
+    """Executes the notebook ``parameters["notebook"]`` with papermill, as a stage's job does (its
+    Jupyter kernel started by jupyter_client, a child of the job), then writes its own CPU seconds
+    (without its children's) to ``<out_path>``."""
+
+    def argv(self, kernel):
+        nb = self.parameters["notebook"]
+        code = ("import json, resource, papermill; "
+                f"papermill.execute_notebook({nb!r}, {nb + '.out'!r}, kernel_name={kernel!r}, progress_bar=False); "
+                "u = resource.getrusage(resource.RUSAGE_SELF); "
+                f"json.dump(u.ru_utime + u.ru_stime, open({str(self.out_path)!r}, 'w'))")
+        return [sys.executable, "-c", code]
+
+
+def test_a_jobs_cpu_seconds_count_its_notebook_kernels(tmp_path):
+    """timings.json's CPU seconds of a notebook are its job's and its kernel's: the kernel, a child
+    of the job's papermill, burns 1 s and writes its own CPU seconds; the job's count holds both."""
+    import nbformat
+
+    burnt = tmp_path / "kernel.json"
+    cell = ("import json, time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
+            f"json.dump(time.process_time(), open({str(burnt)!r}, 'w'))")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), tmp_path / "burn.ipynb")
+    cpu = {}
+    executors.LocalExecutor(kernel="python3", progress=False).run(
+        [KernelJob("burn", "03_train", tmp_path / "job.json", {"notebook": str(tmp_path / "burn.ipynb")})],
+        on_done=lambda name, s, c: cpu.update({name: c}))
+    kernel, job_alone = json.loads(burnt.read_text()), json.loads((tmp_path / "job.json").read_text())
+    assert kernel >= 1.0
+    assert cpu["burn"] >= job_alone + kernel - 0.1  # rounded to 0.1 s
+
+
 # ---- issue 17: a node with several GPUs ------------------------------------------------------
 @dataclass(frozen=True)
 class GpuJob(executors.NotebookJob):
@@ -246,7 +279,7 @@ class EnvJob(executors.NotebookJob):
 
 
 def test_a_cpu_study_starts_its_jobs_with_the_allocator_that_reuses_pages(tmp_path, monkeypatch):
-    """A CPU study's jobs (and their kernels, through the fork server) start with glibc told to
+    """A CPU study's jobs (and their kernels) start with glibc told to
     keep freed memory for reuse (executors.CPU_ALLOCATOR); a GPU study's do not; a variable the
     user set wins."""
     for name in executors.CPU_ALLOCATOR:

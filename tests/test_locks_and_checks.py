@@ -376,12 +376,11 @@ def test_a_plugin_choose_that_returns_too_few_is_named_before_any_update(tmp_pat
     assert manifest.get("status") != "complete" and not list(run.glob("checkpoints/checkpoint-*"))
 
 
-# ---- item 5 (cont.): the probe's helper processes, the warm kernel server ----
+# ---- item 5 (cont.): the probe's helper processes ----
 
 import functools  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import tempfile  # noqa: E402
 
 from diffgrpo.models import resumable_sampling as sampling  # noqa: E402
 
@@ -478,20 +477,3 @@ def test_a_killed_helper_stops_the_pass_at_once_named_and_a_rerun_resumes(tmp_pa
     assert len(out) == 16 * 2 and out["prompt_id"].tolist()[::2] == rows["id"].tolist()
     assert {p: t for p, t in ((p.name, p.stat().st_mtime_ns) for p in tmp_path.glob("part-*.parquet"))
             if p in kept} == kept  # the chunks written were read, not generated again
-
-
-def test_a_long_tmpdir_runs_the_study_cold_in_one_line(tmp_path, monkeypatch, capsys):
-    """A 109-character TMPDIR: the warm kernel server's socket path is beyond what a unix socket
-    takes; the server printed an `AF_UNIX path too long` traceback, then the study ran cold. Now
-    one line says so and what to do, and no server starts."""
-    from diffgrpo.study import executors
-
-    long = tmp_path / ("t" * (109 - len(str(tmp_path)) - 1))
-    long.mkdir()
-    assert len(str(long)) == 109
-    monkeypatch.setattr(tempfile, "tempdir", str(long))
-    assert executors._warm_server(True, dict(os.environ)) is None
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("note: the notebooks' kernels start cold") and "TMPDIR is long" in line
-    assert "set TMPDIR to a shorter folder" in line and "beyond the 107 a unix socket takes" in line
-    assert not list(long.iterdir())  # its folder removed

@@ -5,9 +5,8 @@ an uninterrupted one's (docs/reliability.md, "Owned processes").
 The study probes ``tiny`` with a pool of 300 prompts (3 chunks of 128: the fewest that start a
 helper process, ``resumable_sampling.HELPER_MIN_CHUNKS``), K=2 and 16 tokens, ``workers: 2`` (one
 helper). Its processes, by role: the runner (``python -m diffgrpo.study``), the notebook job
-(``diffgrpo.study.notebooks``), the warm kernel server and the kernel it forked (both
-``diffgrpo.study.warm``), the kernel's launcher (``warm_launch.py``), and the helper
-(``multiprocessing.spawn``) with its resource tracker. Every one carries the study's
+(``diffgrpo.study.notebooks``), the Jupyter kernel its papermill started (``ipykernel_launcher``),
+and the helper (``multiprocessing.spawn``) with its resource tracker. Every one carries the study's
 DIFFGRPO_OUTPUTS in its environment, which is how survivors are found (as in
 tests/test_interrupted_study.py).
 
@@ -38,7 +37,7 @@ from diffgrpo.study import executors
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = {"dataset.pool_size": 300, "probe.k": 2, "probe.sampling.max_new_tokens": 16, "workers": 2}
-ROLES = ("runner", "job", "server", "kernel", "launcher", "helper")
+ROLES = ("runner", "job", "kernel", "helper")
 
 
 def study(outputs: Path) -> subprocess.Popen:
@@ -61,24 +60,20 @@ def of_study(outputs: Path) -> dict[int, tuple[int, str]]:
     return found
 
 
-def role_of(pid: int, live: dict[int, tuple[int, str]], runner: int) -> str | None:
-    ppid, cmd = live[pid]
+def role_of(pid: int, cmd: str, runner: int) -> str | None:
     if pid == runner:
         return "runner"
     if "diffgrpo.study.notebooks" in cmd:
         return "job"
-    if "warm_launch.py" in cmd:
-        return "launcher"
+    if "ipykernel_launcher" in cmd:
+        return "kernel"
     if "multiprocessing.spawn" in cmd:
         return "helper"
-    if "diffgrpo.study.warm" in cmd:
-        return "server" if ppid == runner else "kernel"
     return None
 
 
 def roles(outputs: Path, runner: int) -> dict[str, int]:
-    live = of_study(outputs)
-    return {role: pid for pid in live if (role := role_of(pid, live, runner))}
+    return {role: pid for pid, (_, cmd) in of_study(outputs).items() if (role := role_of(pid, cmd, runner))}
 
 
 def taken(outputs: Path) -> list[Path]:

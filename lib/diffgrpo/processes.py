@@ -1,14 +1,15 @@
 """The processes a study starts: each dies with the one that started it, and the one that owns
 them all ends whatever is left (Linux; elsewhere both are no-ops).
 
-A study is a tree of processes: the runner, its notebook jobs and the warm kernel server
-(:mod:`diffgrpo.study.warm`), each job's kernel launcher, the kernel forked for it, and the probe's
-helper processes with their resource tracker (:class:`diffgrpo.models.resumable_sampling.Helpers`).
+A study is a tree of processes: the runner, its notebook jobs, each job's Jupyter kernel, and the
+probe's helper processes with their resource tracker (:class:`diffgrpo.models.resumable_sampling.Helpers`).
 Two rules keep ``kill -9`` of any one of them from leaving the others running:
 
-- :func:`die_with_parent`: every process of the tree asks Linux to SIGKILL it when its parent
-  ends (``PR_SET_PDEATHSIG``), so a dead runner takes every process below it along, level by
-  level; the helpers' resource tracker ends when the last process holding its pipe does;
+- :func:`die_with_parent`: every process of the tree that diffgrpo starts (a job, a helper) asks
+  Linux to SIGKILL it when its parent ends (``PR_SET_PDEATHSIG``), and a kernel exits when its
+  parent has (ipykernel polls it, ``JPY_PARENT_PID``), so a dead runner takes every process below
+  it along, level by level; the helpers' resource tracker ends when the last process holding its
+  pipe does;
 - :func:`marked` and :func:`end`: the runner marks every process it starts with
   :data:`OWNER_ENV` in its environment (inherited by everything they start, whatever its
   parent, session or process group later), and when a job ends, and when the study ends, it

@@ -26,11 +26,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +38,6 @@ from typing import Protocol
 
 from diffgrpo import processes, progress
 from diffgrpo.registry import Registry
-from diffgrpo.study import warm
 from diffgrpo.study.notebooks import DIE_WITH_ENV, STAGES, StageFailed
 
 
@@ -130,10 +127,7 @@ class LocalExecutor:
     progress: bool = True
     poll_s: float = 0.05  # a finished job's core waits at most this long for the next job
     gpus: tuple[str, ...] = ()
-    #: start the kernels from a fork server that imported the notebooks' stack once
-    #: (:mod:`diffgrpo.study.warm`), instead of each kernel importing it again
-    warm: bool = True
-    #: environment the jobs, their kernels and the fork server start with, unless this process's
+    #: environment the jobs and their kernels start with, unless this process's
     #: own sets the same names (:data:`CPU_ALLOCATOR`, for a study whose model runs on the CPU)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -160,13 +154,10 @@ class LocalExecutor:
                              "to the study: lower train.num_processes, or lend it more GPUs (CUDA_VISIBLE_DEVICES)")
         free = list(self.gpus)
         held: dict[str, list[str]] = {}  # job name -> the GPU ids it was given
-        # every process this run starts, and every one they start, carries <mark>/<job> (or
-        # <mark>/server): what outlives its job, or the run, is found by it and killed
+        # every process this run starts, and every one they start, carries <mark>/<job>: what
+        # outlives its job, or the run, is found by it and killed
         mark = f"{os.getpid()}.{secrets.token_hex(4)}"
         owned = {j.name: f"{mark}/{n}" for n, j in enumerate(jobs)}
-        # a fork server only for jobs that start a notebook's kernel (a job with its own argv starts none)
-        server = _warm_server(self.warm and any(j.stage in STAGES and type(j).argv is NotebookJob.argv for j in jobs),
-                              {**self.env, **os.environ, processes.OWNER_ENV: f"{mark}/server"})
         try:
             while pending or running:
                 while not failed and len(running) < self.workers:
@@ -180,7 +171,7 @@ class LocalExecutor:
                     if self.gpus:  # its own GPU(s), or none for a stage that does not run the model
                         held[ready.name] = [free.pop(0) for _ in range(ready.gpus)] \
                             if ready.stage in GPU_STAGES else []
-                    env = self._job_env(ready, server, owned[ready.name], held.get(ready.name))
+                    env = self._job_env(owned[ready.name], held.get(ready.name))
                     log = open(ready.log_path, "w")
                     proc = subprocess.Popen(ready.argv(self.kernel), stdout=log, stderr=subprocess.STDOUT, env=env)
                     running[ready.name] = (proc, time.perf_counter(), log)
@@ -191,7 +182,6 @@ class LocalExecutor:
                     cpu = _reap(proc)
                     if cpu is None:
                         continue
-                    cpu += _kernel_cpu(server, by_name[name])
                     processes.end(processes.marked(processes.OWNER_ENV, owned[name]))  # what its kernel left
                     log.close()
                     del running[name]
@@ -212,9 +202,6 @@ class LocalExecutor:
             raise
         finally:
             bar.close()
-            if server is not None:
-                server.stop()
-                shutil.rmtree(Path(server.path).parent, ignore_errors=True)
             processes.end(processes.marked(processes.OWNER_ENV, mark))  # nothing of the run outlives it
         if failed:
             job, why = failed[0]
@@ -223,14 +210,10 @@ class LocalExecutor:
             raise StageFailed(f"{job.name}: {why}\n  its output is in {job.log_path}{more}")
         return seconds
 
-    def _job_env(self, job: NotebookJob, server: warm.Server | None, owner: str, gpus: list[str] | None) -> dict:
-        """The environment ``job`` starts with: this process's, its mark ``owner``, the warm
-        kernel server's socket, and the GPUs it was given (None: every GPU is lent to it)."""
+    def _job_env(self, owner: str, gpus: list[str] | None) -> dict:
+        """The environment a job starts with: this process's, its mark ``owner``, and the GPUs
+        it was given (None: every GPU is lent to it)."""
         env = {**self.env, **os.environ, DIE_WITH_ENV: str(os.getpid()), processes.OWNER_ENV: owner}
-        if server is not None:
-            env[warm.SOCKET_ENV] = server.path
-            env[warm.CPU_ENV] = str(_kernel_cpu_file(server, job))
-            _kernel_cpu_file(server, job).unlink(missing_ok=True)
         if gpus is not None:
             env[VISIBLE_GPUS_ENV] = ",".join(gpus)
         return env
@@ -286,46 +269,6 @@ def _reap(proc: subprocess.Popen) -> float | None:
         return None
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage.ru_utime + usage.ru_stime
-
-
-def _warm_server(wanted: bool, env: dict[str, str]) -> warm.Server | None:
-    """The study's fork server of kernels (:mod:`diffgrpo.study.warm`), listening; None when not
-    wanted or when it could not start (the kernels then start as before, each importing alone)."""
-    if not wanted or not sys.platform.startswith("linux"):
-        return None
-    server = warm.Server(Path(tempfile.mkdtemp(prefix="diffgrpo-kernels-")))
-    why = server.cannot_listen()
-    if why is not None:
-        print(why, file=sys.stderr, flush=True)
-        shutil.rmtree(Path(server.path).parent, ignore_errors=True)
-        return None
-    server.start(dict(env))
-    deadline = time.monotonic() + 120
-    while not server.ready():
-        if server.proc.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            shutil.rmtree(Path(server.path).parent, ignore_errors=True)
-            return None
-        time.sleep(0.05)
-    return server
-
-
-def _kernel_cpu_file(server: warm.Server, job: NotebookJob) -> Path:
-    return Path(server.path).parent / (job.name.replace("/", "_").replace(" ", "_") + ".cpu")
-
-
-def _kernel_cpu(server: warm.Server | None, job: NotebookJob) -> float:
-    """The CPU seconds of the job's warm kernel (a child of the fork server, not of the job), as
-    its launcher wrote them; 0 for a kernel the job started itself (counted by :func:`_reap`)."""
-    if server is None:
-        return 0.0
-    path = _kernel_cpu_file(server, job)
-    try:
-        seconds = float(path.read_text())
-    except (OSError, ValueError):
-        return 0.0
-    path.unlink(missing_ok=True)
-    return seconds
 
 
 def _error_of(job: NotebookJob) -> str:

@@ -117,12 +117,8 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
     was = os.environ.get(progress_bars.ENV)
     os.environ[progress_bars.ENV] = "record"
     try:
-        from diffgrpo.study import warm
-
-        manager = warm.kernel_manager_class()  # the study's fork server of kernels, if it has one
         papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
-                                   progress_bar=progress, cwd=str(nb.parent), start_timeout=KERNEL_START_S,
-                                   **({"kernel_manager_class": manager} if manager is not None else {}))
+                                   progress_bar=progress, cwd=str(nb.parent), start_timeout=KERNEL_START_S)
     except papermill.PapermillExecutionError as err:
         if running.exists():
             _paths_relative(running, nb, failed)
