@@ -970,17 +970,20 @@ def test_pooling_the_seed_part_at_least_doubles_the_power_where_seeds_add_nothin
 @pytest.mark.slow
 def test_the_calibration_grid_holds_in_every_cell():
     """docs/statistics.md's table: every cell of seeds x seed sd x flip rate x test prompts, 1000
-    studies each (hours on 2 cores): false calls (a null contrast; Holm's first step in families of
-    3, 6 and 55) at most 5% plus 2.5 Monte Carlo standard errors (6.7%), coverage at least 93%,
-    within 93-97% (plus 2.5 MC standard errors) with 4 seeds or more, and power at the stated
-    detectable size 80% +- 3 points plus 2.5 MC standard errors where the size is below 40 points."""
+    studies each (about 1.5 hours of one core): false calls (a null contrast; Holm's first step in
+    families of 3, 6 and 55) at most 5% plus 2.5 Monte Carlo standard errors (6.7%), coverage within
+    95% +- (2 points + 2.5 MC standard errors) with 4 seeds or more and at least that low bound with
+    2-3, and the power at the stated detectable size 80% +- (3 points + 2.5 MC standard errors) where
+    the flip rate is 2% or more or the seeds 2, and never below that elsewhere (with rare flips and
+    3 or more seeds the stated size is conservative: docs/statistics.md)."""
     table = calibration.grid(1000)
     se = lambda rate: 2.5 * calibration.mc_se(rate, 1000)  # noqa: E731
     assert (table[["false_call", "holm_3", "holm_6", "holm_55"]] <= 0.05 + se(0.05)).all().all(), table
     cover = table[["gain_coverage", "contrast_coverage"]]
-    assert (cover >= 0.93).all().all()
-    assert (cover[table["seeds"] >= 4] <= 0.97 + se(0.97)).all().all()
-    assert ((table["power_at_stated"] - 0.8).abs() <= 0.03 + se(0.8)).all()
+    assert (cover >= 0.93 - se(0.95)).all().all()
+    assert (cover[table["seeds"] >= 4] <= 0.97 + se(0.95)).all().all()
+    off = (table["power_at_stated"] - 0.8) / (0.03 + se(0.8))
+    assert (off >= -1).all() and (off[(table["flip"] >= 0.02) | (table["seeds"] == 2)] <= 1).all(), table
 
 
 def test_a_p_value_near_a_holm_threshold_is_decided_with_more_resamples_or_undecided():
