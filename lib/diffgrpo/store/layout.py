@@ -187,7 +187,7 @@ def trajectory_id(run_manifest: dict[str, Any]) -> str:
     (a budget that stops a run early ends it on the way, it does not change a step before), its
     seed and its schedule's length (``max_steps``: the learning rate's schedule runs over it). Runs
     with one trajectory id trained the same steps, one a prefix of the other: the report gives them
-    one seed part (:func:`diffgrpo.analysis.uncertainty.draws`) and counts them as one trajectory."""
+    one seed part (:func:`diffgrpo.stats.intervals.draws`) and counts them as one trajectory."""
     key = dict(run_manifest.get("key") or {})
     key["train"] = {k: v for k, v in (key.get("train") or {}).items() if k not in NOT_IN_TRAJECTORY}
     return key_hash({"key": key, "seed": run_manifest.get("seed"), "max_steps": run_manifest.get("max_steps")})
