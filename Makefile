@@ -57,8 +57,8 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow and not cluster and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
-## every params file's own study, shrunk (diffgrpo.params.shrink), through every stage: the files whose report
-## is not committed (make test runs those that are); in CI (.ci/run), about 15 minutes
+## every params file's own study, shrunk (diffgrpo.params.shrink), through every stage: all but
+## paper001_embedded's (make test runs that one); in CI (.ci/run), 20-25 minutes
 test-params: $(STAMP)
 	$(PY) -m pytest -m params -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0 tests/test_every_params_file.py
 

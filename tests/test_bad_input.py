@@ -72,7 +72,7 @@ def test_a_failed_notebook_is_one_line_naming_the_error_and_the_executed_copy(tm
     assert study.cli(["smoke", "--stages", "02_select", "--kernel", "python3"]) == 1  # no probe yet
     err = capsys.readouterr().err
     failed = tmp_path / "smoke" / "notebooks" / "02_select.failed.ipynb"
-    assert "02_select: FileNotFoundError" in err and "run the probe stage (01_probe) first" in err
+    assert "02_select: NotRunYet" in err and "01_probe" in err
     assert str(failed) in err and failed.exists() and "Traceback" not in err
 
 

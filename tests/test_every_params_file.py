@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from diffgrpo import params, study
 from diffgrpo.params import shrink
@@ -76,16 +75,17 @@ def test_the_override_keeps_each_file_s_arms_and_reports():
             assert small.model.device == "cpu"
 
 
-#: the studies with a committed report (docs/results/<study>/inputs): `make test` runs theirs; every
-#: other file's is marked `params` (`make test-params`, in CI): all 25 shrunk studies take about 15
-#: minutes of this machine's two cores, more than `make test`'s whole budget (docs/benchmarks.md)
-COMMITTED = {p.parents[2].name for p in (Path(__file__).resolve().parents[1] / "docs" / "results").glob(
-    "*/inputs/report/params.yaml")}
+#: the one shrunk study `make test` runs: paper001_embedded's, the committed protocol whose ledger
+#: broke (issue 47). Every other file's is marked `params` (`make test-params`, in CI): measured in a
+#: fresh clone's `make test-times` (2026-11-27), the five committed studies' took 607 s summed over
+#: the two workers (online_vs_offline 185 s, its skewed regime 158 s, embedded 98 s, paper002 89 s,
+#: paper001 77 s) and pushed `make test` to 17.9 minutes, over its 15 (docs/benchmarks.md)
+IN_MAKE_TEST = {"paper001_embedded"}
 
 
 def _case(first: str):
     names = [n.removesuffix(".yaml") for n, _ in STUDIES[first]]
-    marks = () if set(names) & COMMITTED else (pytest.mark.params,)
+    marks = () if set(names) & IN_MAKE_TEST else (pytest.mark.params,)
     return pytest.param(first, id="+".join(names), marks=marks)
 
 

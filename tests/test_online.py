@@ -183,9 +183,10 @@ def test_a_policy_that_reads_only_the_one_sample_pass_is_charged_that_pass_alone
 
 # ---- the registry (issue 38) --------------------------------------------------------------------
 def test_the_registry_holds_six_methods_each_declaring_settings_when_and_cost():
-    assert online.names() == ["band", "posterior", "skip_zero_variance", "dynamic_sampling", "learnability",
-                              "pilot_commit"]
-    for name in online.names():
+    # the package's own six, registered first (a test module's plugins may follow them in this process)
+    assert online.names()[:6] == ["band", "posterior", "skip_zero_variance", "dynamic_sampling", "learnability",
+                                  "pilot_commit"]
+    for name in online.names()[:6]:
         m = online.get(name)
         assert m.name == name and m.when in ("before", "after") and m.cost
         assert issubclass(m.Settings, online.Settings)
