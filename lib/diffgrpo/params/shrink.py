@@ -54,7 +54,7 @@ def _arm_kind(arm: schema.ArmConfig) -> str:
 
 
 def _arm(arm: schema.ArmConfig) -> dict[str, Any]:
-    d = {k: v for k, v in arm.model_dump(exclude_defaults=True).items()}
+    d = arm.model_dump(exclude_defaults=True)
     d.setdefault("name", arm.name)
     d.setdefault("select", arm.select)
     train = dict(d.get("train", {}))

@@ -42,7 +42,7 @@ def committed_params(study: str) -> Path:
 
     path = inputs.results_dir(study) / "inputs" / "report" / layout.PARAMS
     if not path.is_file():
-        have = sorted(p.parent.parent.parent.name for p in inputs.results_dir("x").parent.glob("*/inputs/report/params.yaml"))
+        have = sorted(p.parents[2].name for p in inputs.results_dir(study).parent.glob("*/inputs/report/params.yaml"))
         raise NotCommitted(f"{path}: no committed report with inputs for study {study!r}; committed: {', '.join(have)}")
     return path
 
