@@ -113,3 +113,23 @@ def test_no_cheaper_probe_is_charged_where_none_keeps_90_percent_at_half():
         assert (hit is None) == (best < probe_budget.AGREEMENT)
     words = probe_budget.cheaper_probe_in_words(front, found)
     assert all(f"{pol}: " in words for pol in probe_budget.POLICIES)
+
+
+def test_chance_is_a_random_selections_agreement_on_average_and_stands_beside_every_agreement(pool):
+    """Issue 44: agreement counts ties, so a random selection scores above 0. chance_pct is exact:
+    the mean agreement of 4,000 random selections of 8 lies within 4 Monte Carlo errors of it."""
+    ids, x = probe_budget.correct_matrix(pool)
+    full = x.mean(axis=1)
+    full_of = dict(zip(ids, full))
+    truth = probe_budget._selections(ids, full, 8, 0)
+    rng = np.random.default_rng(0)
+    for pol in probe_budget.POLICIES:
+        chance = probe_budget.chance_agreement(truth[pol], full_of)
+        drawn = [probe_budget._agreement(set(rng.choice(ids, 8, replace=False)), truth[pol], full_of)
+                 for _ in range(4000)]
+        assert 0 < chance < 100 and abs(np.mean(drawn) - chance) < 4 * np.std(drawn) / np.sqrt(len(drawn))
+    front = probe_budget.frontier(pool, n=8)
+    assert (front.groupby("policy")["chance_pct"].nunique() == 1).all()
+    assert front.loc[front["policy"] == "hard", "chance_pct"].iloc[0] == 25.0  # the 10 never-right prompts of 40
+    words = probe_budget.cheaper_probe_in_words(front, probe_budget.cheaper_probe(front))
+    assert words.count("by chance") == 3 and "against 25% by chance" in words

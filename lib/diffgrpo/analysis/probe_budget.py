@@ -17,7 +17,12 @@
   Agreement counts ties: the share of the cheaper probe's selection whose full-probe p_hat lies
   inside the range of the full selection's p_hats (a prompt the full probe ranks level with one it
   chose could have been chosen by it; at K = 4 most prompts tie). ``overlap_pct`` is the exact
-  share beside it. A cheaper probe is worth charging instead of the full one where it reaches
+  share beside it. Because ties agree, agreement is not 0 by chance: ``chance_pct``
+  (:func:`chance_agreement`) is the agreement a selection of the same size drawn at random from
+  the pool scores on average, exact (the share of the pool inside the full selection's p_hat
+  range: each prompt of a random selection is any of the pool's with equal chance, so the
+  expected share of the selection in that range is the pool's, whatever its size); a cheaper
+  probe's agreement means something only above it. A cheaper probe is worth charging instead of the full one where it reaches
   :data:`AGREEMENT` % agreement at no more than :data:`HALF` % of the completions
   (:func:`cheaper_probe`).
 
@@ -128,14 +133,25 @@ def _agreement(chosen: set, truth: set, full_of: dict) -> float:
     return 100 * sum(lo <= full_of[i] <= hi for i in chosen) / len(chosen)
 
 
+def chance_agreement(truth: set, full_of: dict) -> float:
+    """The agreement (%, :func:`_agreement`) of a selection of ``len(truth)`` prompts drawn at random
+    from the pool (``full_of``: every pool prompt's full-probe p_hat) on average, exact: the share of
+    the pool whose p_hat lies in the range of ``truth``'s (the mean of a hypergeometric share)."""
+    lo, hi = min(full_of[i] for i in truth), max(full_of[i] for i in truth)
+    return 100 * float(np.mean([lo <= p <= hi for p in full_of.values()]))
+
+
 def frontier(samples: pd.DataFrame, n: int, seed: int = 0, rules=ADAPTIVE_RULES) -> pd.DataFrame:
     """One row per (cheaper probe, policy): ``rule``, ``completions`` and ``completions_pct`` (of
-    the full probe's), ``agreement_pct`` (ties agree, the module's docstring) and ``overlap_pct``
-    (exact) with the full probe's selection of ``n``. The full probe is the last row per policy."""
+    the full probe's), ``agreement_pct`` (ties agree, the module's docstring), ``chance_pct`` (the
+    agreement of a random selection of ``n`` on average, exact: :func:`chance_agreement`) and
+    ``overlap_pct`` (exact) with the full probe's selection of ``n``. The full probe is the last
+    row per policy."""
     ids, x = correct_matrix(samples)
     full = x.mean(axis=1)
     full_of = dict(zip(ids, full))
     truth = _selections(ids, full, n, seed)
+    chance = {pol: chance_agreement(truth[pol], full_of) for pol in POLICIES}
     probes = [(f"first {k} of {x.shape[1]}", np.full(len(x), k)) for k in range(1, x.shape[1])]
     probes += [(f"adaptive: rounds of {r}, stop at {c:g} on p < {e:g} or p > {1 - e:g}", adaptive_n(x, r, e, c))
                for r, e, c in rules]
@@ -150,35 +166,41 @@ def frontier(samples: pd.DataFrame, n: int, seed: int = 0, rules=ADAPTIVE_RULES)
             rows.append({"rule": rule, "policy": pol, "completions": int(taken.sum()),
                          "completions_pct": 100 * taken.sum() / x.size,
                          "agreement_pct": _agreement(chosen[pol], truth[pol], full_of),
-                         "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n})
+                         "chance_pct": chance[pol], "overlap_pct": 100 * len(chosen[pol] & truth[pol]) / n})
     return pd.DataFrame(rows)
 
 
 def cheaper_probe(front: pd.DataFrame) -> dict[str, dict | None]:
     """Per policy, the cheapest probe of ``front`` with at least :data:`AGREEMENT` % agreement
     at no more than :data:`HALF` % of the completions (``rule``, ``completions_pct``,
-    ``agreement_pct``), or None where none reaches it."""
+    ``agreement_pct``, ``chance_pct``), or None where none reaches it."""
     ok = front[(front["agreement_pct"] >= AGREEMENT) & (front["completions_pct"] <= HALF)]
     out = {}
     for pol in POLICIES:
         best = ok[ok["policy"] == pol].sort_values(["completions_pct", "agreement_pct"], ascending=[True, False])
-        out[pol] = None if best.empty else {k: best.iloc[0][k] for k in ("rule", "completions_pct", "agreement_pct")}
+        out[pol] = None if best.empty else {k: best.iloc[0][k] for k in ("rule", "completions_pct", "agreement_pct",
+                                                                         "chance_pct")}
     return out
 
 
 def cheaper_probe_in_words(front: pd.DataFrame, found: dict[str, dict | None]) -> str:
     """Per policy, the cheaper probe worth charging instead of the full one, or why none is: the best
-    agreement any probe of the frontier reaches at no more than :data:`HALF` % of the completions."""
+    agreement any probe of the frontier reaches at no more than :data:`HALF` % of the completions;
+    each agreement beside its chance level (a random selection's, :func:`chance_agreement`), and
+    said so where chance alone reaches :data:`AGREEMENT` %."""
     cheap = front[front["completions_pct"] <= HALF]
     parts = []
     for pol, hit in found.items():
+        chance = front.loc[front["policy"] == pol, "chance_pct"]
+        level = "" if chance.empty else f", against {chance.iloc[0]:.0f}% by chance" + (
+            f" (chance alone reaches {AGREEMENT:g}%)" if chance.iloc[0] >= AGREEMENT else "")
         if hit is not None:
             parts.append(f"{pol}: {hit['rule']} agrees {hit['agreement_pct']:.0f}% at {hit['completions_pct']:.0f}% "
-                         "of the completions")
+                         f"of the completions{level}")
             continue
         mine = cheap[cheap["policy"] == pol]
         best = mine.sort_values("agreement_pct", ascending=False).iloc[0] if len(mine) else None
         parts.append(f"{pol}: none" + ("" if best is None else
                      f" (the best at <= {HALF:g}%: {best['rule']}, {best['agreement_pct']:.0f}% at "
-                     f"{best['completions_pct']:.0f}%)"))
+                     f"{best['completions_pct']:.0f}%{level})"))
     return "; ".join(parts)

@@ -5,6 +5,9 @@ stopped once its Beta posterior places it all-wrong or all-right), for hard, mid
 the study's budget (``select.budget_*``), and the frontier of every cheaper probe tried (share of
 the completions against agreement with the full probe's selection), with the cheaper probe that
 keeps 90% agreement at half the completions where one does (:func:`probe_budget.cheaper_probe`).
+Agreement counts ties, so a selection drawn at random agrees in part: ``chance_pct`` beside every
+agreement is that chance level (a random selection of the same size from the pool, its expected
+agreement, exact: :func:`probe_budget.chance_agreement`), in the table, its title and the words.
 
 Writes ``probe_k_sweep.csv`` / ``.md``, ``probe_adaptive.csv`` / ``.md``, ``probe_frontier.csv`` /
 ``.md``, ``fig_probe_k_sweep.png`` and ``fig_probe_frontier.png``. Its part of ``summary.json`` (nothing when the pool's probe is not in
@@ -17,8 +20,9 @@ the study folder)::
                                    "completions_adaptive", "saved_pct", "p_hat_error_pool",
                                    "policies": [{"policy", "overlap_pct", "p_hat_error"}]},
                       "frontier": [{"rule", "policy", "completions", "completions_pct", "agreement_pct",
-                                    "overlap_pct"}],
-                      "cheaper_probe": {policy: {"rule", "completions_pct", "agreement_pct"} | null},
+                                    "chance_pct", "overlap_pct"}],
+                      "chance_pct": {policy: a random selection's agreement on average, exact},
+                      "cheaper_probe": {policy: {"rule", "completions_pct", "agreement_pct", "chance_pct"} | null},
                       "cheaper_probe_in_words": str}}
 """
 
@@ -92,8 +96,12 @@ def write(study) -> dict:
                       f"its Beta(1, 1) posterior puts >= {totals['confidence']} on p < {totals['edge']} or p > "
                       f"{1 - totals['edge']:g}; {totals['completions_adaptive']:,} of {totals['completions_full']:,} "
                       f"completions ({totals['saved_pct']}% saved)", per_policy.round(DIGITS))
+    chance = front.drop_duplicates("policy").set_index("policy")["chance_pct"]
+    levels = ", ".join(f"{pol} {v:.0f}%" for pol, v in chance.items())
     study.write_table("probe_frontier", f"Cheaper probes against the full one ({n} prompts selected): agreement "
-                      "counts ties (a prompt the full probe ranks level with one it chose); a cheaper probe would be "
+                      "counts ties (a prompt the full probe ranks level with one it chose), so a selection of "
+                      f"{n} drawn at random from the pool agrees by chance (chance_pct, its expected agreement, "
+                      f"exact: {levels}); a cheaper probe would be "
                       f"worth charging instead where it keeps >= {probe_budget.AGREEMENT:g}% agreement at <= "
                       f"{probe_budget.HALF:g}% of the completions. {words}", front.round(DIGITS))
     save_figure(plot(sweep), study.out / "fig_probe_k_sweep.png")
@@ -101,6 +109,7 @@ def write(study) -> dict:
     return {"probe_budget": {"budget": n, "k_sweep": sweep.round(DIGITS).to_dict("records"),
                              "adaptive": {**totals, "policies": per_policy.round(DIGITS).to_dict("records")},
                              "frontier": front.round(DIGITS).to_dict("records"),
+                             "chance_pct": {pol: round(float(v), DIGITS) for pol, v in chance.items()},
                              "cheaper_probe": {pol: None if hit is None else {k: (round(v, DIGITS) if isinstance(v, float)
                                                                                   else v) for k, v in hit.items()}
                                                for pol, hit in found.items()},
