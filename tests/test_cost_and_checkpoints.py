@@ -62,16 +62,19 @@ def test_crossing_interpolates_between_budgets_and_censors_both_ends():
         "not reached within 3,000") and budgets.reading(1800.0, totals) == "1,800"
 
 
-def _budget_study(gains: dict[str, tuple[float, float]], n: int, seeds: int, seed_sd: float = 0.0):
+def _budget_study(gains: dict[str, tuple[float, float]], n: int, seeds: int, seed_sd: float = 0.0,
+                  flip: bool = False):
     """A study's view for the target: per method two arms (``<method>.b1`` at 1,000 total
-    rollouts, ``.b2`` at 2,000) with these gains in points (base 0), the seeds ``seed_sd`` apart."""
+    rollouts, ``.b2`` at 2,000) with these gains in points (base 0), the seeds ``seed_sd`` apart
+    (``flip``: in the opposite order at 2,000, the budgets' seeds correlated -1)."""
     rng = np.random.default_rng(0)
     runs, rows = {}, []
     for method, (g1, g2) in gains.items():
         for label, total, g in (("b1", 1000, g1), ("b2", 2000, g2)):
             arm, order = f"{method}.{label}", rng.permutation(n)
+            sign = -1 if flip and label == "b2" else 1
             for s in range(seeds):
-                runs[arm, s] = _exact((g + seed_sd * (s - (seeds - 1) / 2)) / 100, n, rng, order)
+                runs[arm, s] = _exact((g + sign * seed_sd * (s - (seeds - 1) / 2)) / 100, n, rng, order)
             rows.append({"strategy": arm, "budget": total, "total_rollouts": float(total), "gain_pp": g,
                          "accuracy": g / 100, "kind": "offline"})
     scores = analyze.Scores.of(np.zeros(n), runs)
@@ -107,6 +110,77 @@ def test_overlapping_intervals_say_the_data_cannot_tell():
         budgets.target_verdict(target, rows, "over"))
 
 
+def _nested_scores(rho: float, methods: int, seeds: int, n: int = 50, sd: float = 3.0, seed: int = 0):
+    """Scores of ``methods`` methods at budgets b1 and b2 (one trajectory per seed): each seed moves
+    every prompt of a run by its seed effect (points), b2's effect ``rho``-correlated with b1's."""
+    rng = np.random.default_rng(seed)
+    base, runs = rng.random(n), {}
+    for m in range(methods):
+        e1 = rng.standard_normal(seeds)
+        e2 = rho * e1 + np.sqrt(1 - rho ** 2) * rng.standard_normal(seeds)
+        for s in range(seeds):
+            runs[f"m{m}.b1", s] = base + 0.05 + sd * e1[s] / 100
+            runs[f"m{m}.b2", s] = base + 0.08 + sd * e2[s] / 100
+    return analyze.Scores.of(base, runs), [[f"m{m}.b1", f"m{m}.b2"] for m in range(methods)]
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.64, 0.9])
+def test_the_seed_correlation_of_a_methods_budgets_is_measured_from_the_data(rho):
+    """Issue 44: nested arms were drawn as one (correlation 1). A constructed correlation between
+    two budgets' per-seed gains is recovered (200 methods x 3 seeds: standard error about 0.05),
+    pooled and per pair of budget labels, and the joint draws carry it."""
+    scores, groups = _nested_scores(rho, methods=200, seeds=3)
+    corr = budgets.seed_correlation(scores, groups)
+    assert corr["r"] == pytest.approx(rho, abs=0.15) and corr["by_budget"]["b1 - b2"] == corr["r"]
+    assert (corr["pairs"], corr["cells"]) == (200, 600) and f"r = {corr['r']:.2f}" in corr["words"]
+    noise = budgets.joint_seed_noise(np.random.default_rng(0), 20_000, groups[:1], corr)
+    (z1, u1), (z2, u2) = noise["m0.b1"], noise["m0.b2"]
+    assert np.corrcoef(z1, z2)[0, 1] == pytest.approx(corr["r"], abs=0.03) and np.array_equal(u1, u2)
+
+
+def test_one_seed_measures_no_correlation_and_draws_nested_arms_as_one():
+    scores, groups = _nested_scores(0.5, methods=3, seeds=1)
+    corr = budgets.seed_correlation(scores, groups)
+    assert corr["r"] is None and corr["pairs"] == 0 and "one seed part" in corr["words"]
+    noise = budgets.joint_seed_noise(np.random.default_rng(0), 100, groups, corr)
+    assert np.array_equal(noise["m0.b1"][0], noise["m0.b2"][0])
+    assert "drawn apart" in budgets.seed_correlation(scores, [])["words"]
+
+
+def test_a_correlation_matrix_the_budget_pairs_disagree_on_is_made_a_correlation():
+    corr = {"r": 0.5, "by_budget": {"b1 - b2": 0.95, "b2 - b3": 0.95, "b1 - b3": -0.9}}
+    mat = budgets.correlation_matrix(["m.b1", "m.b2", "m.b3"], corr)
+    assert np.allclose(np.diag(mat), 1) and np.linalg.eigvalsh(mat).min() > -1e-9
+    assert budgets.correlation_matrix(["m.b1", "m.b4"], corr)[0, 1] == 0.5  # a pair not measured: the pooled r
+
+
+def test_nested_groups_split_a_trajectory_by_method_and_the_note_prints_the_correlation():
+    """random.b* and random_charged.b* are prefixes of one trajectory: each method's budgets are a
+    group of their own, by total rollouts."""
+    table = pd.DataFrame({"strategy": ["random.b2", "random.b1", "random_charged.b1", "random_charged.b2", "hard.b1"],
+                          "budget": [2000, 1000, 1000, 2000, 1000],
+                          "total_rollouts": [2000.0, 1000.0, 1100.0, np.nan, 1000.0]})
+    view = SimpleNamespace(nested_arms=lambda: [["random.b2", "random.b1", "random_charged.b1", "random_charged.b2"]])
+    assert budgets.nested_groups(view, table) == [["random.b1", "random.b2"], ["random_charged.b1", "random_charged.b2"]]
+
+
+def test_rollouts_to_target_draws_nested_budgets_with_the_measured_correlation(monkeypatch):
+    """A method's two budgets one trajectory whose seeds run in opposite orders (correlation -1,
+    measured): the draws use it. The crossing falls as either budget's gain rises, so gains that
+    move in opposite directions offset each other: the interval is narrower than the old draws'
+    (the two budgets as one seed part, correlation 1, the deviations adding up)."""
+    view, table = _budget_study({"fast": (10, 15), "slow": (4, 20)}, n=3000, seeds=3, seed_sd=1.0, flip=True)
+    view.nested_arms = lambda: [["slow.b1", "slow.b2"], ["fast.b1", "fast.b2"]]
+    corr = budgets.seed_correlation(view.scores, budgets.nested_groups(view, table))
+    assert corr["r"] == pytest.approx(-1.0) and corr["pairs"] == 2
+    _, measured = budgets.target_rows(view, table)
+    monkeypatch.setattr(budgets, "seed_correlation", lambda scores, groups: {**corr, "r": None})
+    _, as_one = budgets.target_rows(view, table)
+    slow = [t.set_index("method").loc["slow"] for t in (measured, as_one)]
+    assert slow[0]["rollouts"] == slow[1]["rollouts"] == pytest.approx(1375)
+    assert 1000 < slow[1]["ci_low"] < slow[0]["ci_low"] < 1375 < slow[0]["ci_high"] < slow[1]["ci_high"] < 2000
+
+
 def test_rollouts_to_target_in_the_report_and_absent_with_one_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
     names = ["hard.b1", "easy.b1", "hard.b2", "easy.b2"]
@@ -134,6 +208,7 @@ def test_rollouts_to_target_in_the_report_and_absent_with_one_budget(tmp_path, m
     assert summary["budgets_verdict"].endswith(to["verdict"])
     out = layout.report_dir(cfg)
     assert to["verdict"] in (out / "rollouts_to_target.md").read_text()
+    assert to["seed_correlation"]["words"] in (out / "rollouts_to_target.md").read_text()
     assert pd.read_csv(out / "rollouts_to_target.csv")["method"].tolist() == ["hard", "easy"]
     # one budget only: the budgets at equal total are there, no target
     one = cfg.replace(**{"study": "budgets1", "arms": arms[:2]})

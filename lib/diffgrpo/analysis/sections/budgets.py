@@ -17,8 +17,15 @@ crossing per resample: every arm's gain drawn from the study's resamples of the 
 (shared by the arms) and its own seed part (:func:`diffgrpo.stats.intervals.draws`),
 interpolated as the point is; its ends carry the same two censored readings. Arms whose runs are
 one trajectory stopped at different budgets (a ``.b960`` run the prefix of its ``.b1920`` run,
-:meth:`~diffgrpo.analysis.report.StudyReport.nested_arms`) share one seed part in these draws: they are
-one training per seed, not two. The budgets table says how far each arm's runs went on which
+:meth:`~diffgrpo.analysis.report.StudyReport.nested_arms`) are one training per seed, not two, but
+not one number either: the later checkpoint has trained on more. A method's budgets' seed parts
+are drawn jointly, normals correlated as the data say (:func:`seed_correlation`: each arm's
+per-seed mean gains less their mean over seeds; for two budgets of one method, the products of their
+deviations on the same seed, summed over every method and seed, over the root of the two sums of
+squares: a pooled Pearson correlation r, and one per pair of budget labels shared by the methods),
+the chi-square part of the pivot shared; the measured correlations (and how many pairs of arms and
+seeds measure them) are printed in the table's note. With one seed (nothing to measure) they
+share one seed part, as one training. The budgets table says how far each arm's runs went on which
 schedule (``trained``: "5 of 60 steps (cosine)" is a prefix, not a 5-step schedule). One method is
 named the cheapest only when its interval lies below every other method's (no overlap: a
 conservative reading, not a test of each pair); else the words say the data cannot tell. The
@@ -35,6 +42,8 @@ with a method at two budgets) and ``fig_accuracy_vs_rollouts.png``. Its part of 
                              "verdict": one sentence}},
      "rollouts_to_target": {"target": {"gain_pp", "accuracy", "budget", "set_by"},   # with a method at 2+ budgets
                             "methods": {method: {"kind", "totals", "rollouts", "reading", "ci95", "ci95_words"}},
+                            "seed_correlation": {"r", "by_budget": {"<label> - <label>": r}, "pairs", "cells",
+                                                 "words"},                           # r: null, no nested arms
                             "verdict": one sentence},                                # rollouts / ci95: null where
      "budgets_verdict": the verdict over every budget and the target, in words}      # not reached
 """
@@ -56,6 +65,7 @@ from diffgrpo.train.ledger import arm_kind, planned_rollouts
 
 TABLES = ("budgets", "budget_contrasts", "rollouts_to_target")
 FIGURES = ("fig_accuracy_vs_rollouts",)
+MIN_PAIR_CELLS = 9  # per-seed pairs a pair of budgets' own correlation needs (3 methods x 3 seeds); else the pooled r
 
 
 def budgets(study) -> dict[int, list[str]]:
@@ -173,6 +183,113 @@ def reading(v: float, totals: np.ndarray) -> str:
     return f"at or below {totals[0]:,.0f}" if v <= totals[0] else f"{v:,.0f}"
 
 
+def nested_groups(study, table: pd.DataFrame) -> list[list[str]]:
+    """A method's budgets that are one trajectory per seed: the groups of :meth:`~diffgrpo.analysis.
+    report.StudyReport.nested_arms` split by method (``random.b576`` and ``random_charged.b576`` may
+    be prefixes of one run; each method's line is drawn on its own), two of ``table``'s arms or
+    more, each by total rollouts."""
+    totals = table.set_index("strategy")["total_rollouts"].fillna(table.set_index("strategy")["budget"])
+    out = []
+    for group in study.nested_arms():
+        mine = [a for a in group if a in totals.index]
+        for method in dict.fromkeys(map(method_of, mine)):
+            arms = sorted((a for a in mine if method_of(a) == method), key=lambda a: (totals[a], a))
+            if len(arms) > 1:
+                out.append(arms)
+    return out
+
+
+def _label(arm: str) -> str:
+    """An arm ``<method>.<label>``'s budget label (``hard.b960`` -> ``b960``); else the arm."""
+    return arm.split(".", 1)[1] if "." in arm else arm
+
+
+def seed_correlation(scores, groups: list[list[str]]) -> dict:
+    """The per-seed correlation of a method's budgets' gains, measured: for each group of ``groups``
+    (one method's arms whose runs are one trajectory per seed, :func:`nested_groups`), each arm's
+    mean gain over the test prompts per seed (``scores``: :class:`~diffgrpo.analysis.report.Scores`;
+    the seeds every arm of the group ran) less its mean over those seeds; for every pair of the
+    group's arms, the two deviations' product per seed. ``r``: their sum over the root of the two
+    sums of squares, over every pair and group (one pooled Pearson correlation; None where no pair
+    has a spread: one seed, or seeds that agree); ``by_budget``: the same per pair of budget labels
+    (``"b576 - b960"``, the smaller budget first) measured on :data:`MIN_PAIR_CELLS` per-seed
+    pairs or more (the methods share the labels), which the draws use where there, ``r`` elsewhere;
+    ``pairs``: the pairs of arms, ``cells``: pairs x seeds. ``words``: both in a sentence."""
+    sums: dict[str, list[float]] = {}
+    pairs = cells = 0
+    for group in groups:
+        seeds = sorted(set.intersection(*(set(scores.seeds(a)) for a in group)))
+        if len(seeds) < 2:
+            continue
+        dev = {a: (g := 100.0 * (scores.at(a, seeds=seeds) - scores.base[:, None]).mean(axis=0)) - g.mean()
+               for a in group}
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                acc = sums.setdefault(f"{_label(a)} - {_label(b)}", [0.0, 0.0, 0.0, 0])
+                acc[0] += float(dev[a] @ dev[b])
+                acc[1] += float(dev[a] @ dev[a])
+                acc[2] += float(dev[b] @ dev[b])
+                acc[3] += len(seeds)
+                pairs, cells = pairs + 1, cells + len(seeds)
+
+    def pearson(num, left, right):
+        return float(np.clip(num / np.sqrt(left * right), -1, 1)) if left > 0 and right > 0 else None
+
+    total = np.sum([v[:3] for v in sums.values()], axis=0) if sums else np.zeros(3)
+    r = pearson(*total)
+    by = {k: round(v, DIGITS) for k, acc in sums.items()
+          if acc[3] >= MIN_PAIR_CELLS and (v := pearson(*acc[:3])) is not None}
+    if not groups:
+        words = "no method's budgets here are one trajectory: every arm's seed part is drawn apart"
+    elif r is None:
+        words = ("a method's budgets (one trajectory per seed) have no seed spread to measure their correlation: "
+                 "drawn with one seed part")
+    else:
+        words = (f"a method's budgets (one trajectory per seed, stopped at different budgets) are drawn with the "
+                 f"per-seed correlation of their gains measured here, r = {r:.2f} pooled over {pairs} pairs of "
+                 f"budgets x seeds ({cells} per-seed mean gains, each less its arm's mean over seeds)"
+                 + (f"; by pair of budgets {', '.join(f'{k} {v:.2f}' for k, v in by.items())}" if by else ""))
+    return {"r": None if r is None else round(r, DIGITS), "by_budget": by, "pairs": pairs, "cells": cells,
+            "words": words}
+
+
+def correlation_matrix(group: list[str], corr: dict) -> np.ndarray:
+    """The correlation matrix of ``group``'s seed parts (:func:`seed_correlation`'s ``by_budget``
+    where it has the pair, its ``r`` elsewhere), made positive semidefinite where the pairs'
+    estimates disagree (negative eigenvalues set to 0, the diagonal rescaled to 1)."""
+    m = len(group)
+    mat = np.eye(m)
+    for i in range(m):
+        for j in range(i + 1, m):
+            mat[i, j] = mat[j, i] = corr["by_budget"].get(f"{_label(group[i])} - {_label(group[j])}", corr["r"])
+    w, v = np.linalg.eigh(mat)
+    if w.min() < 0:
+        mat = (v * np.clip(w, 0, None)) @ v.T
+        d = np.sqrt(np.clip(np.diag(mat), 1e-12, None))
+        mat = mat / np.outer(d, d)
+    return mat
+
+
+def joint_seed_noise(rng: np.random.Generator, size: int, groups: list[list[str]],
+                     corr: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per arm of ``groups``, the normals and uniforms of its ``size`` seed-part draws
+    (:func:`diffgrpo.stats.intervals.seed_noise`): within a group the normals drawn jointly with the
+    measured correlation matrix (:func:`correlation_matrix`, through its symmetric square root) and
+    the uniforms (the pivot's chi-square) shared; with no correlation measured (``corr["r"]`` None)
+    the same normals (one seed part). Arms in no group are not keys: they draw their own."""
+    out = {}
+    for group in groups:
+        z, u = seed_noise(rng, size)
+        if corr["r"] is None:
+            out |= {a: (z, u) for a in group}
+            continue
+        w, v = np.linalg.eigh(correlation_matrix(group, corr))
+        root = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+        normals = np.column_stack([z, rng.standard_normal((size, len(group) - 1))]) @ root
+        out |= {a: (normals[:, i], u) for i, a in enumerate(group)}
+    return out
+
+
 def target_rows(study, table: pd.DataFrame) -> tuple[dict, pd.DataFrame] | None:
     """The target (the largest gain at the smallest budget) and, per method studied at two
     budgets or more, its totals, the crossing and its interval; None without such a method."""
@@ -184,13 +301,13 @@ def target_rows(study, table: pd.DataFrame) -> tuple[dict, pd.DataFrame] | None:
     target = {"gain_pp": float(smallest["gain_pp"]), "accuracy": float(smallest["accuracy"]),
               "budget": int(smallest["budget"]), "set_by": smallest["strategy"]}
     rng, rows = np.random.default_rng([study.cfg.analyze.seed, 31]), []
-    nested = {a: i for i, g in enumerate(study.nested_arms()) for a in g}
-    noise = {i: seed_noise(rng, study.boot.n_boot) for i in set(nested.values())}
+    groups = nested_groups(study, table)
+    noise = joint_seed_noise(rng, study.boot.n_boot, groups, seed_correlation(study.scores, groups))
     for method, g in table.groupby("method", sort=False):
         g = g.sort_values("totals")
         totals = g["totals"].to_numpy(float)
         gains = [draws(mean_dist(100.0 * (study.scores.at(a) - study.scores.base[:, None]), study.boot), rng,
-                       noise.get(nested.get(a))) for a in g["strategy"]]
+                       noise.get(a)) for a in g["strategy"]]
         point = float(crossing(totals, g["gain_pp"].to_numpy(float)[None, :], target["gain_pp"])[0])
         lo, hi = interval(crossing(totals, np.column_stack(gains), target["gain_pp"]), 1 - ALPHA, method="inverted_cdf")
         rows.append({"method": method, "kind": g["kind"].iloc[0], "totals": [_round(t) for t in totals],
@@ -220,16 +337,17 @@ def rollouts_to_target(study, table: pd.DataFrame) -> dict | None:
     if found is None:
         return None
     target, rows = found
+    corr = seed_correlation(study.scores, nested_groups(study, table))
     line = target_verdict(target, rows, f"95% intervals over {study.over}")
     study.write_table("rollouts_to_target", f"Total rollouts (the probe charged) to reach a gain of "
                       f"{target['gain_pp']:+.2f} points ({study.metric} {target['accuracy']:.4f}), the most any arm "
                       f"gains at the smallest budget ({target['set_by']}, {target['budget']:,}); linear between a "
                       "method's budgets, 95% interval over resamples (blank: not reached, in words beside it)",
                       rows.assign(totals=rows["totals"].map(lambda t: ", ".join(f"{v:,.0f}" for v in t)))
-                      .replace(np.inf, np.nan).round(DIGITS), line)
+                      .replace(np.inf, np.nan).round(DIGITS), f"{line} Resamples: {corr['words']}.")
     finite = lambda v: _round(v) if np.isfinite(v) else None  # noqa: E731
     return {"target": {k: _round(v) if isinstance(v, float) else v for k, v in target.items()},
             "methods": {r["method"]: {"kind": r["kind"], "totals": r["totals"], "rollouts": finite(r["rollouts"]),
                                       "reading": r["reading"], "ci95": [finite(r["ci_low"]), finite(r["ci_high"])],
                                       "ci95_words": r["ci95_words"]} for r in rows.to_dict("records")},
-            "verdict": line}
+            "seed_correlation": corr, "verdict": line}
