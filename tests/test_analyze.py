@@ -453,9 +453,11 @@ def test_report_writes_every_file_and_an_exact_summary(study, tmp_path):
     assert summary["runs"][0] == {"model": "tiny", "dataset": "shuffled_objects", "strategy": "easy", "seed": 0,
                                   "base_acc": 0.4, "final_acc": 0.42, "gain_pp": 2.0, "learnable_pct": 25.0,
                                   "learnable_first_pct": 25.0, "steps": 10, "predicted_learnable_pct": easy_predicted}
-    assert summary["verdict"].startswith("hard beat the base model's greedy accuracy (0.40): +12.5 points [")
-    assert "hard is the best arm: it differs from every other arm after Holm's correction (its lead of +10.0 [" in summary["verdict"]
-    assert summary["verdict"].endswith("1 of 1 contrasts differ from 0 after Holm's correction within their family "
+    assert summary["verdict"].startswith("No question is declared (analyze.primary): every contrast below is exploratory")
+    assert "hard beat the base model's greedy accuracy (0.40): +12.5 points [" in summary["verdict"]
+    assert ("hard is the best arm of the 2 arms of family 'arms' (exploratory): it differs from every other after Holm's "
+            "correction (its lead of +10.0 [") in summary["verdict"]
+    assert summary["verdict"].endswith("1 of 1 contrasts of family 'arms' differ from 0 after Holm's correction within their family "
                                        "(95% intervals over 200 test prompts and 2 seeds, the seed part pooled across "
                                        "the study's contrasts where their seeds' spreads agree (else a t with 1 degrees "
                                        "of freedom), never narrower than the runs' own per-prompt noise)")
@@ -709,7 +711,8 @@ def test_verdict_names_a_best_arm_only_when_holm_puts_it_ahead_of_every_other():
     pairs = pd.DataFrame({"a": ["easy"], "b": ["hard"], "diff_pp": [-1.0], "ci_low": [-4.0], "ci_high": [2.0],
                           "p": [0.5], "p_holm": [0.5], "significant_holm": [False], "detectable_pp": [4.24]})
     line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
-    assert best is None and "not distinguishable at this size: no arm differs from every other after Holm" in line
+    assert best is None and "no arm differs from every other after Holm's correction: not distinguishable at this size" in line
+    assert line.startswith("No question is declared (analyze.primary): every contrast below is exploratory")
     assert ("the leader's lead of +1.0 [-2.0, +4.0] points over easy, unadjusted; a difference of about 4.2 points was "
             "detectable with 80% power at Holm's first step") in line
     assert line.endswith("(95% intervals over 300 test prompts only (one seed: seed variance is not included))")
@@ -833,7 +836,7 @@ def test_report_per_seed_random_and_control_arm(tmp_path, monkeypatch):
     assert summary["holm_families"]["control"]["contrasts"] == ["hard - random_reward", "random - random_reward"]
     (arm_pair,) = [c for c in summary["contrasts"] if c["family"] == "arms"]
     assert arm_pair["p_holm"] == arm_pair["p"]  # a family of one: Holm changes nothing
-    assert "contrasts with the control differ from 0" in summary["verdict"]
+    assert "contrasts of family 'control' differ from 0" in summary["verdict"]
     assert "Holm families: arms (" in (layout.report_dir(cfg) / "contrasts.md").read_text()
     prior = summary["learnability_prior"]
     assert prior["pool"] == 500 and prior["prior"].startswith("method of moments")
@@ -1239,3 +1242,47 @@ def test_runs_of_one_trajectory_share_their_seed_part_in_joint_draws():
     assert np.allclose(shared[0], shared[1])
     apart = [intervals.draws(d, np.random.default_rng(k)) - d.est - d.dev for k, d in enumerate((a, b))]
     assert abs(np.corrcoef(*apart)[0, 1]) < 0.1
+
+
+def test_the_verdict_opens_with_the_declared_question_and_names_the_family_of_its_best_arm():
+    """A study with a declared question (family ``primary``) and arms at two budgets: the verdict's
+    first sentence is the question's contrasts with Holm's decisions among them alone; the best-arm
+    test runs among the arms of the leader's own budget and says which family."""
+    arms = pd.DataFrame({"strategy": ["hard.b1", "random.b1", "hard.b2", "random.b2"], "gain_pp": [9.0, 3.0, 5.0, 4.0],
+                         "ci_low": [4.0, -1.0, 1.0, 0.0], "ci_high": [14.0, 7.0, 9.0, 8.0], "n_seeds": [4] * 4})
+    row = dict(p=0.01, p_holm=0.02, detectable_pp=5.0)
+    pairs = pd.DataFrame([
+        {"a": "hard.b1", "b": "random.b1", "family": "primary", "diff_pp": 6.0, "ci_low": 2.0, "ci_high": 10.0,
+         "decision": "differs", "significant_holm": True, "undecided": False, **row},
+        {"a": "hard.b2", "b": "random.b2", "family": "primary", "diff_pp": 1.0, "ci_low": -3.0, "ci_high": 5.0,
+         "decision": "not distinguishable", "significant_holm": False, "undecided": False, **row},
+    ])
+    line, best = uncertainty.verdict_with_intervals(arms, pairs, "greedy_acc", 0.4, 300)
+    assert line.startswith("The study's question (analyze.primary; confirmatory, Holm's correction over its 2 contrasts "
+                           "alone): hard.b1 - random.b1 +6.0 [+2.0, +10.0] points: differs; hard.b2 - random.b2 +1.0 "
+                           "[-3.0, +5.0] points: not distinguishable (about 5.0 points was detectable with 80% power). "
+                           "Exploratory: "), line
+    # the leader is compared only with the arm of its own budget: named from the primary pair
+    assert best == "hard.b1" and "over random.b1" in line and "hard.b2" not in line.split("Exploratory: ")[1]
+    # with an exploratory family at the leader's budget, the verdict names it
+    more = pd.concat([pairs, pd.DataFrame([{"a": "hard.b1", "b": "easy.b1", "family": "arms at 1 rollouts", "diff_pp": 1.0,
+                                            "ci_low": -2.0, "ci_high": 4.0, "decision": "not distinguishable",
+                                            "significant_holm": False, "undecided": False, **row}])], ignore_index=True)
+    arms3 = pd.concat([arms, pd.DataFrame([{"strategy": "easy.b1", "gain_pp": 8.0, "ci_low": 3.0, "ci_high": 13.0,
+                                            "n_seeds": 4}])], ignore_index=True)
+    line, best = uncertainty.verdict_with_intervals(arms3, more, "greedy_acc", 0.4, 300)
+    assert best is None and "no arm of the 3 arms of family 'arms at 1 rollouts' (exploratory) differs" in line
+    assert "0 of 1 contrasts of family 'arms at 1 rollouts' differ from 0" in line
+
+
+def test_the_contrasts_a_report_forms_never_mix_budgets_unless_asked():
+    fam = uncertainty.pair_families(["a.b1", "b.b1", "a.b2", "b.b2", "ctl"], control=["ctl"],
+                                    budget_of={"a.b1": 1, "b.b1": 1, "a.b2": 2, "b.b2": 2, "ctl": 1},
+                                    primary=[("b.b2", "a.b2")])
+    assert fam == [("b.b2", "a.b2", "primary"), ("a.b1", "b.b1", "arms at 1 rollouts"),
+                   ("a.b1", "ctl", "control at 1 rollouts"), ("b.b1", "ctl", "control at 1 rollouts")]
+    wide = uncertainty.pair_families(["a.b1", "a.b2"], budget_of={"a.b1": 1, "a.b2": 2}, across_budgets=True)
+    assert wide == [("a.b1", "a.b2", "across budgets")]
+    # one budget (or none): the families are the plain ones
+    assert uncertainty.pair_families(["x", "y", "z"], control=["z"]) == [("x", "y", "arms"), ("x", "z", "control"),
+                                                                         ("y", "z", "control")]

@@ -28,7 +28,7 @@ def test_the_detectable_difference_shrinks_with_prompts_and_seeds_and_grows_with
     d = power.detectable(comp, 300, 3)
     assert power.detectable(comp, 1000, 3) < d and power.detectable(comp, 300, 8) < d < power.detectable(comp, 300, 3, m=10)
     # one contrast without a seed part: the normal's (1.96 + 0.84) x its standard error
-    big = power.detectable({"prompt": 1000.0, "seed": 0.0, "resid": 0.0}, 300, 16)
+    big = power.detectable({"prompt": 1000.0, "seed": 0.0, "resid": 0.0}, 300, 16, grow=False)
     assert abs(big - 2.80 * np.sqrt(1000 / 300)) < 0.1
 
 
@@ -53,7 +53,7 @@ def test_plan_names_the_committed_study_it_takes_its_components_from_or_says_the
     # the plan's figure is the report's test inverted, its seed part pooled over every pair of the study's arms
     comp, _ = plan.committed_components(plan.matching_study(cfg))
     n, s, k = cfg.dataset.test_size, len(cfg.train.seeds), len(cfg.arms)
-    arms = float(lines[1].rsplit(":", 1)[1].split()[0])
+    arms = float(next(ln for ln in lines if ln.strip().startswith("arms:")).rsplit(":", 1)[1].split()[0])
     expected = power.detectable(comp, n, s, plan.families(cfg)["arms"], pool_df=pooling.all_pairs_df(k, s))
     assert arms == pytest.approx(expected, abs=0.051)
 
@@ -73,9 +73,9 @@ def test_the_critical_point_is_the_tests_own_and_the_old_formula_understated_it(
     assert power.critical_point(0.0, design.tau2, design.floor, 3, 4, 0.05 / 6) == pytest.approx(
         seed.quantile(1 - 0.05 / 12), rel=1e-6)
     assert power.power_at(2.85 * design.sd, comp, 300, 4, 6) < 0.6
-    d = power.detectable(comp, 300, 4, 6)
+    d = power.detectable(comp, 300, 4, 6, grow=False)
     assert power.power_at(d, comp, 300, 4, 6) == pytest.approx(0.8, abs=1e-4) and d > 1.3 * 2.85 * design.sd
-    assert power.detectable(comp, 300, 4, 6, pool_df=pooling.all_pairs_df(5, 4)) < 0.75 * d
+    assert power.detectable(comp, 300, 4, 6, pool_df=pooling.all_pairs_df(5, 4), grow=False) < 0.75 * d
 
 
 @pytest.mark.parametrize("n_seeds, comp", [
@@ -88,7 +88,7 @@ def test_one_contrast_simulated_at_its_stated_size_is_found_with_80_percent_powe
     seed part, sign-flip floor) is found at Holm's first step in 80% of studies, within 3 Monte
     Carlo standard errors (400 studies: 2 points)."""
     n, m = 300, 6
-    stated = power.detectable(comp, n, n_seeds, m, pool_df=pooling.all_pairs_df(4, n_seeds))
+    stated = power.detectable(comp, n, n_seeds, m, pool_df=pooling.all_pairs_df(4, n_seeds), grow=False)
     rate, se = calibration.simulated_power(stated, comp, n, n_seeds, n_arms=4, m=m, n_sims=400, n_boot=400, seed=1)
     assert abs(rate - 0.8) <= 3 * se, (stated, rate, se)
 
@@ -114,3 +114,69 @@ def test_where_few_prompts_carry_a_difference_the_tests_variance_moves_with_its_
     wins = rng.poisson(d * 300 / 100, 20000)
     est, sd = wins * 100 / 300, np.sqrt(wins) * 100 / 300
     assert abs((est > stats.norm.ppf(1 - 0.05 / 12) * sd).mean() - 0.8) < 0.04
+
+
+def test_the_plan_forms_the_reports_families_the_question_first_and_none_across_budgets():
+    """online_vs_offline: 11 arms at each of 3 budgets. Its declared question (6 contrasts, 2 a
+    budget) is one family; every other pair is in its budget's family (55 pairs a budget, less the
+    2 declared); no pair of arms at different budgets is formed unless analyze.across_budgets."""
+    from diffgrpo.analysis.report import contrast_plan
+    from diffgrpo.analysis.uncertainty import pair_families
+
+    cfg = params.load("online_vs_offline")
+    fams = plan.families(cfg)
+    assert fams == {"primary": 6, "arms at 576 rollouts": 53, "arms at 960 rollouts": 53, "arms at 1344 rollouts": 53}
+    budget = {a: b for a, b in contrast_plan(cfg)["budget_of"].items()}
+    pairs = pair_families([a.name for a in cfg.arms], **contrast_plan(cfg))
+    assert pairs[:6] == [(a, b, "primary") for a, b in params.schema.primary_pairs(cfg)]
+    assert all(budget[a] == budget[b] for a, b, _ in pairs)
+    wide = params.load("online_vs_offline", overrides={"analyze.across_budgets": True})
+    assert plan.families(wide)["across budgets"] == 33 * 32 // 2 - 3 * 55
+    # the plan's pool is every pair formed: 3 budgets' 11 arms span 3 x 10 seed contrasts a seed
+    assert plan._families(cfg)["primary"][1] == pytest.approx(30.0)
+
+
+def test_a_declared_question_is_checked_before_any_work():
+    for primary, words in [(["hard - nowhere"], "'nowhere' is not an arm of this study"),
+                           (["hard-random"], "two arms' names apart by ' - '"),
+                           (["hard - hard"], "contrasts an arm with itself"),
+                           (["hard - random", "random - hard"], "declared more than once")]:
+        with pytest.raises(params.ParamsError, match="analyze.primary") as err:
+            params.load("embedded", overrides={"analyze.primary": primary})
+        assert words in str(err.value)
+    with pytest.raises(params.ParamsError, match="placed at different total-rollout budgets") as err:
+        params.load("online_vs_offline", overrides={"analyze.primary": ["middle.b576 - random.b960"]})
+    assert "analyze.across_budgets: true" in str(err.value)
+    ok = params.load("online_vs_offline", overrides={"analyze.primary": ["middle.b576 - random.b960"],
+                                                     "analyze.across_budgets": True})
+    assert plan.families(ok)["primary"] == 1
+
+
+def test_new_arms_without_a_question_of_their_own_declare_none():
+    """The question names arms: an override (or a file) that sets ``arms`` and not ``analyze.primary``
+    drops the inherited one (the report then says no question is declared); with both, its own."""
+    assert params.load("embedded").analyze.primary == ["hard - random"]
+    assert params.load("embedded", overrides={"arms": ["hard", "easy"]}).analyze.primary == []
+    both = params.load("embedded", overrides={"arms": ["hard", "easy"], "analyze.primary": ["easy - hard"]})
+    assert both.analyze.primary == ["easy - hard"]
+
+
+def test_the_size_is_found_where_the_scores_vary_as_they_would_at_that_size():
+    """0/1 scores: a true difference of d points is more prompts one arm wins, so one run's
+    per-prompt difference varies by (d - e)(100 - d - e) points^2 more than at the observed e. The
+    stated size is the fixed point d = detectable(components at d), larger than the size at the
+    observed components, and the test's power at the grown components is 80% there."""
+    assert power.growth(4.0) == pytest.approx(4 * 96) and power.growth(4.0, est=1.0) == pytest.approx(3 * 95)
+    assert power.growth(1.0, est=3.0) == 0.0
+    comp = {"prompt": 78.0, "seed": 0.0, "resid": 189.0}  # few discordant prompts (online_vs_offline's)
+    n, s = 300, 3
+    plain = power.detectable(comp, n, s, 6, grow=False)
+    d = power.detectable(comp, n, s, 6)
+    assert d > 1.3 * plain
+    at_d = power.grown(power.design_of(comp, n, s), power.growth(d), n)
+    assert power.power_of_test(d, at_d, 0.05 / 6) == pytest.approx(0.8, abs=0.01)
+    # the growth splits as the contrast's own prompt and per-run parts do; one seed: all to the prompts
+    share = 78 / (78 + 189)
+    assert at_d.v_prompt - 78 / n == pytest.approx(share * power.growth(d) / n)
+    one = power.grown(power.design_of(comp, n, 1), 100.0, n)
+    assert one.v_prompt == pytest.approx((78 + 189 + 100) / n) and one.floor == 0.0

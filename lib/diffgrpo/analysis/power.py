@@ -28,7 +28,6 @@ import pandas as pd
 
 from diffgrpo import params
 from diffgrpo.params import Config
-from diffgrpo.stats.pooling import all_pairs_df
 from diffgrpo.stats.power import components, detectable  # noqa: F401  (detectable: the plan's, diffgrpo.study)
 from diffgrpo.store import artifacts, layout
 
@@ -77,28 +76,27 @@ def matching_study(cfg: Config) -> Path | None:
 
 
 def families(cfg: Config) -> dict[str, int]:
-    """Each Holm family the report will form, and its size: the pairs of verifier arms, each arm
-    against a control, and the arms at each equal total-rollout budget."""
+    """Each Holm family the report will form (:func:`diffgrpo.analysis.uncertainty.pair_families`:
+    the declared question, the verifier arms' pairs and each arm against a control, per budget),
+    and its size."""
     return {f: m for f, (m, _) in _families(cfg).items()}
 
 
-def _families(cfg: Config) -> dict[str, tuple[int, int]]:
-    """Each family's size and the number of arms whose contrasts pool their seed part with it."""
-    from diffgrpo.train.ledger import planned_rollouts
+def _families(cfg: Config) -> dict[str, tuple[int, float]]:
+    """Each family's size, and the degrees of freedom per seed of the pool its contrasts' seed
+    parts share (every contrast the report forms, equal floors: :func:`diffgrpo.stats.pooling.pooled_df`
+    over S = 2), so that a study of S seeds pools (S - 1) x that many."""
+    from diffgrpo.analysis.report import contrast_plan
+    from diffgrpo.analysis.uncertainty import pair_families
+    from diffgrpo.stats.pooling import pair_units, pooled_df
 
     control = {a.name for a in cfg.arms if a.role == "control"}
-    real = [a.name for a in cfg.arms if a.name not in control]
-    every = len(cfg.arms)
-    out = {"arms": (len(real) * (len(real) - 1) // 2, every)}
-    if control:
-        out["control"] = (len(real) * len(control) + len(control) * (len(control) - 1) // 2, every)
-    budgets: dict[int, int] = {}
-    for a in cfg.arms:
-        total = planned_rollouts(cfg, a.name)
-        if total is not None:
-            budgets[total] = budgets.get(total, 0) + 1
-    out.update({f"budget {b}": (k * (k - 1) // 2, k) for b, k in sorted(budgets.items()) if k >= 2})
-    return {f: v for f, v in out.items() if v[0] > 0}
+    pairs = pair_families([a.name for a in cfg.arms], control, **contrast_plan(cfg))
+    per_seed = pooled_df(pair_units([(a, b) for a, b, _ in pairs]), np.ones(len(pairs)), 2) if pairs else 0.0
+    out: dict[str, tuple[int, float]] = {}
+    for _, _, family in pairs:
+        out[family] = (out.get(family, (0, per_seed))[0] + 1, per_seed)
+    return out
 
 
 def plan_lines(cfg: Config) -> list[str]:
@@ -117,6 +115,6 @@ def plan_lines(cfg: Config) -> list[str]:
     sds = ", ".join(f"{k} sd {np.sqrt(v):.1f}" for k, v in comp.items())
     lines = [f"detectable differences (80% power, Holm's first step of the report's own test, {n} test prompts x {s} "
              f"seed(s), the seed part pooled across the contrasts of the arms compared together), from the {where}: {sds} points"]
-    lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m, pool_df=all_pairs_df(k, s)):.1f} points"
-              for family, (m, k) in _families(cfg).items()]
+    lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m, pool_df=per_seed * (s - 1)):.1f} points"
+              for family, (m, per_seed) in _families(cfg).items()]
     return lines

@@ -361,6 +361,18 @@ def figure3_regression(runs: pd.DataFrame, control: Iterable[str], n_boot: int, 
     return regression
 
 
+def contrast_plan(cfg: Config) -> dict:
+    """What decides the report's contrasts and their Holm families beside the arms
+    (:func:`diffgrpo.analysis.uncertainty.pair_families`): each arm's planned total rollouts, the
+    declared question (``analyze.primary``) and ``analyze.across_budgets``: each arm's budget level
+    (:func:`diffgrpo.train.ledger.budget_level`)."""
+    from diffgrpo.params.schema import primary_pairs
+    from diffgrpo.train.ledger import budget_level
+
+    return {"budget_of": {a.name: budget_level(cfg, a.name) for a in cfg.arms}, "primary": primary_pairs(cfg),
+            "across_budgets": cfg.analyze.across_budgets}
+
+
 def read_study(cfg: Config) -> StudyReport:
     """Read the study's planned runs that are complete, their evaluations and selections, and
     compute what the sections and papers share: each run's learnability observed and predicted,
@@ -388,7 +400,7 @@ def read_study(cfg: Config) -> StudyReport:
     return StudyReport(
         cfg=cfg, out=layout.report_dir(cfg), metric=metric, runs=runs, manifests=complete, evals=evals,
         tiers=read_evals(root, ids, layout.EVAL_TIERS), set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms,
-        pairs=contrasts(scores, boot, control), rep=paper_numbers.reported(cfg.analyze.reports),
+        pairs=contrasts(scores, boot, control, **contrast_plan(cfg)), rep=paper_numbers.reported(cfg.analyze.reports),
         regression=figure3_regression(runs, control, cfg.analyze.bootstrap, cfg.analyze.seed), over=over,
         control=control, scores=scores, boot=boot, skipped=skipped, selections=selections, prior=prior,
         trajectories={m["run_id"]: layout.trajectory_id(m) for m in complete})

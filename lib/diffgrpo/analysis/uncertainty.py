@@ -5,10 +5,15 @@ prompts x seeds mean, the seed part pooled across the study's contrasts, Holm's 
 detectable difference) are :mod:`diffgrpo.stats`; this module forms the report's contrasts from its
 :class:`~diffgrpo.analysis.report.Scores` and says what they show.
 
-Holm's families: the contrasts among the arms that train on the verifier's reward, and, apart,
-each arm against a control arm (whose contrasts would otherwise dilute the arms' own). The seed
-parts pool across all the contrasts one call forms (both families; a budget's arms; every
-checkpoint of every pair), and the arms' gains across the arms (:mod:`diffgrpo.stats.pooling`).
+Holm's families (:func:`pair_families`): the study's declared question (``analyze.primary``),
+**confirmatory**, adjusted among its own contrasts alone; then, **exploratory**, the contrasts among
+the arms that train on the verifier's reward and, apart, each arm against a control arm (whose
+contrasts would otherwise dilute the arms' own), each split by total-rollout budget where the
+study's arms have several: no family mixes budgets, and pairs of arms at different budgets are not
+formed unless ``analyze.across_budgets`` (their own family). Every table labels each contrast's
+family and whether it is confirmatory. The seed parts pool across all the contrasts one call
+forms (every family; a budget's arms; every checkpoint of every pair), and the arms' gains across
+the arms (:mod:`diffgrpo.stats.pooling`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,48 @@ from diffgrpo.stats.holm import MAX_REFINE, holm, holm_step_down
 from diffgrpo.stats.intervals import Bootstrap, mean_dist
 from diffgrpo.stats.pooling import pair_units, pooled_dists
 
-#: Holm's families, in the report's words
-FAMILIES = {"arms": "pairs of arms that train on the verifier's reward",
-            "control": "each arm against a control arm, whose reward ignores the answer"}
+#: Holm's families, in the report's words (a budget's: "<family> at <N> rollouts")
+FAMILIES = {"primary": "the study's declared question (analyze.primary): confirmatory",
+            "arms": "pairs of arms that train on the verifier's reward: exploratory",
+            "control": "each arm against a control arm, whose reward ignores the answer: exploratory",
+            "across budgets": "pairs of arms at different total-rollout budgets (analyze.across_budgets): exploratory"}
+PRIMARY = "primary"
+
+
+def family_what(family: str) -> str:
+    """A family's description in the report's words (:data:`FAMILIES`)."""
+    base, _, budget = family.partition(" at ")
+    what = FAMILIES[base]
+    return f"{what.replace(': exploratory', '')}, at {budget}: exploratory" if budget else what
+
+
+def pair_families(arms: list[str], control: Iterable[str] = (), budget_of: dict[str, int | None] | None = None,
+                  primary: Iterable[tuple[str, str]] = (), across_budgets: bool = False) -> list[tuple[str, str, str]]:
+    """The contrasts a report forms, (a, b, family) in order: the declared ``primary`` pairs first
+    (as declared), then every other pair of ``arms`` in their order, in family ``control`` (with a
+    ``control`` arm) or ``arms``, suffixed " at <N> rollouts" where ``budget_of`` (arm -> planned
+    total rollouts, :func:`diffgrpo.train.ledger.planned_rollouts`) gives the arms more than one
+    budget; a pair across budgets is left out, or with ``across_budgets`` in family ``across budgets``."""
+    control, budget_of = set(control), dict(budget_of or {})
+    primary = [tuple(p) for p in primary]
+    declared = {frozenset(p) for p in primary}
+    split = len({budget_of.get(a) for a in arms}) > 1
+    out = [(a, b, PRIMARY) for a, b in primary]
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            if frozenset((a, b)) in declared:
+                continue
+            family = "control" if {a, b} & control else "arms"
+            if split:
+                ba, bb = budget_of.get(a), budget_of.get(b)
+                if ba != bb:
+                    if not across_budgets:
+                        continue
+                    family = "across budgets"
+                else:
+                    family = f"{family} at {ba} rollouts" if ba is not None else f"{family} at no budget"
+            out.append((a, b, family))
+    return out
 
 
 def _round(v: float) -> float | None:
@@ -48,28 +92,33 @@ def arm_intervals(scores: Scores, boot: Bootstrap) -> pd.DataFrame:
 
 
 
-CONTRAST_COLUMNS = ["a", "b", "family", "diff_pp", "ci_low", "ci_high", "p", "p_mc_se", "resamples", "n_seeds",
+CONTRAST_COLUMNS = ["a", "b", "family", "question", "diff_pp", "ci_low", "ci_high", "p", "p_mc_se", "resamples", "n_seeds",
                     "detectable_pp"]
 
 
 def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alpha: float = ALPHA,
-              max_refine: int = MAX_REFINE) -> pd.DataFrame:
-    """Every pair of arms, paired on the same test prompts and the seeds both ran: difference of
-    gains in points (a - b), its interval, p-value (with its Monte Carlo error and the resamples
-    it took), and Holm's within its family: ``arms`` (pairs of verifier-reward arms) or
-    ``control`` (a pair with a ``control`` arm). ``decision``: differs / not distinguishable /
-    undecided, by Holm's step-down (:func:`decide`)."""
-    arms, control = arm_order(s for s, _ in scores.runs), set(control)
+              max_refine: int = MAX_REFINE, *, budget_of: dict[str, int | None] | None = None,
+              primary: Iterable[tuple[str, str]] = (), across_budgets: bool = False) -> pd.DataFrame:
+    """The pairs of arms :func:`pair_families` forms, each paired on the same test prompts and the
+    seeds both ran: difference of gains in points (a - b), its interval, p-value (with its Monte
+    Carlo error and the resamples it took), and Holm's within its family; ``question``:
+    confirmatory (the declared ``primary``) or exploratory. ``decision``: differs / not
+    distinguishable / undecided, by Holm's step-down (:func:`decide`). A declared pair whose arms
+    share no complete seed is named (ValueError), not dropped."""
+    arms = arm_order(s for s, _ in scores.runs)
+    primary = [p for p in primary if set(p) <= set(arms)]
     rows, diffs = [], []
-    for i, a in enumerate(arms):
-        for b in arms[i + 1:]:
-            common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
-            if not common:
-                continue
-            diff = 100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))
-            family = "control" if {a, b} & control else "arms"
-            rows.append({"a": a, "b": b, "family": family, "diff_pp": float(diff.mean()), "n_seeds": len(common)})
-            diffs.append(diff)
+    for a, b, family in pair_families(arms, control, budget_of, primary, across_budgets):
+        common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
+        if not common:
+            if family == PRIMARY:
+                raise ValueError(f"analyze.primary declares {a} - {b}, but the two arms share no complete seed")
+            continue
+        diff = 100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))
+        rows.append({"a": a, "b": b, "family": family,
+                     "question": "confirmatory" if family == PRIMARY else "exploratory",
+                     "diff_pp": float(diff.mean()), "n_seeds": len(common)})
+        diffs.append(diff)
     return decide(pd.DataFrame(rows, columns=CONTRAST_COLUMNS), diffs, boot, alpha, max_refine)
 
 
@@ -125,7 +174,7 @@ def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: f
 
 def holm_families(pairs: pd.DataFrame) -> dict:
     """Each Holm family of the report: what it is and the contrasts in it."""
-    return {family: {"what": FAMILIES[family], "contrasts": [f"{a} - {b}" for a, b in zip(g["a"], g["b"])]}
+    return {family: {"what": family_what(family), "contrasts": [f"{a} - {b}" for a, b in zip(g["a"], g["b"])]}
             for family, g in pairs.groupby("family", sort=False)}
 
 
@@ -184,6 +233,17 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
     real = arms[~arms["strategy"].isin(control)] if (~arms["strategy"].isin(control)).any() else arms
     ranked = real.sort_values("gain_pp", ascending=False, kind="stable").reset_index(drop=True)
     top = ranked.iloc[0]
+    question = question_words(pairs)
+    family = None
+    if "family" in pairs and len(pairs):
+        # the best-arm test is exploratory, among the arms compared with the leader in one family
+        # of its budget (no family mixes budgets): the leader's own "arms" family
+        mine = pairs[((pairs["a"] == top["strategy"]) | (pairs["b"] == top["strategy"]))
+                     & ~pairs["family"].str.startswith(("control", "across"))]
+        peers = set(mine["a"]) | set(mine["b"]) | {top["strategy"]}
+        ranked = ranked[ranked["strategy"].isin(peers)].reset_index(drop=True)
+        own = [f for f in mine["family"].unique() if f != PRIMARY]
+        family = own[0] if own else (PRIMARY if len(mine) else None)
     ci = lambda r: f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]"  # noqa: E731
     seeds = int(arms["n_seeds"].max())
     scope = (f"95% intervals over {n_prompts} test prompts and {seeds} seeds, the seed part pooled across the study's "
@@ -200,7 +260,7 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
         head = f"{top['strategy']} beat the base model's {name} ({base_acc:.2f}): "
     line = head + f"{top['gain_pp']:+.1f} points {ci(top)}"
     if len(ranked) == 1:
-        return f"{line}{_family_counts(pairs)} ({scope})", str(top["strategy"])
+        return f"{question}{line}{_family_counts(pairs)} ({scope})", str(top["strategy"])
     second = ranked.iloc[1]
     pair = pairs[((pairs["a"] == top["strategy"]) & (pairs["b"] == second["strategy"]))
                  | ((pairs["b"] == top["strategy"]) & (pairs["a"] == second["strategy"]))].iloc[0]
@@ -209,13 +269,33 @@ def verdict_with_intervals(arms: pd.DataFrame, pairs: pd.DataFrame, metric: str,
             "hi": max(sign * pair["ci_low"], sign * pair["ci_high"])}
     lead_text = f"{lead['diff']:+.1f} [{lead['lo']:+.1f}, {lead['hi']:+.1f}] points over {second['strategy']}"
     best = best_arm(ranked["strategy"], pairs)
+    among = (f" of the {len(ranked)} arms of family '{family}' (exploratory)" if family not in (None, PRIMARY)
+             else "")
     if best is not None:
-        line += (f"; {best} is the best arm: it differs from every other arm after Holm's correction "
+        line += (f"; {best} is the best arm{among}: it differs from every other after Holm's correction "
                  f"(its lead of {lead_text})")
     else:
-        line += (f"; the arms are not distinguishable at this size: no arm differs from every other after Holm's "
-                 f"correction (the leader's lead of {lead_text}, unadjusted; {detectable_words(pair)})")
-    return f"{line}{_family_counts(pairs)} ({scope})", best
+        line += (f"; no arm{among} differs from every other after Holm's correction: not distinguishable at this "
+                 f"size (the leader's lead of {lead_text}, unadjusted; {detectable_words(pair)})")
+    return f"{question}{line}{_family_counts(pairs)} ({scope})", best
+
+
+def question_words(pairs: pd.DataFrame) -> str:
+    """The verdict's first sentence: the declared question's contrasts (family ``primary``), each
+    with its interval and Holm's decision among them alone, or that none is declared."""
+    if "family" not in pairs or not (pairs["family"] == PRIMARY).any():
+        return ("No question is declared (analyze.primary): every contrast below is exploratory, adjusted within its "
+                "own family. ")
+    rows = pairs[pairs["family"] == PRIMARY]
+    parts = []
+    for r in rows.to_dict("records"):
+        text = f"{r['a']} - {r['b']} {r['diff_pp']:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}] points: {r['decision']}"
+        if r["decision"] != "differs":
+            text += (f" (about {r['detectable_pp']:.1f} points was detectable with 80% power)"
+                     if r["detectable_pp"] > 0 else " (the paired scores do not vary)")
+        parts.append(text)
+    return (f"The study's question (analyze.primary; confirmatory, Holm's correction over its {len(rows)} "
+            f"contrast{'s' if len(rows) > 1 else ''} alone): " + "; ".join(parts) + ". Exploratory: ")
 
 
 
@@ -232,7 +312,9 @@ def _family_counts(pairs: pd.DataFrame) -> str:
     parts = []
     pairs = pairs if "family" in pairs else pairs.assign(family="arms")
     for family, g in pairs.groupby("family", sort=False) if len(pairs) else []:
-        what = "contrasts" if family == "arms" else "contrasts with the control"
+        if family == PRIMARY:
+            continue
+        what = f"contrasts of family '{family}'"
         undecided = int(g["undecided"].sum()) if "undecided" in g else 0
         parts.append(f"{int(g['significant_holm'].sum())} of {len(g)} {what} differ from 0 after Holm's correction "
                      f"within their family" + (f" ({undecided} undecided at the resample cap)" if undecided else ""))

@@ -275,6 +275,11 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
             if key not in known:
                 raise ParamsError(unknown_key(where, prefix, str(key), known))
     out = dict(base)
+    if not prefix and "arms" in layer and "primary" not in (layer.get("analyze") or {}) \
+            and (out.get("analyze") or {}).get("primary"):
+        # the declared question names arms: a layer that sets new arms declares its own, or none
+        out["analyze"] = {**out["analyze"], "primary": []}
+        origin["analyze.primary"] = where
     for key, value in layer.items():
         if key == "include" and not prefix:
             continue

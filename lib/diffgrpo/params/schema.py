@@ -242,6 +242,8 @@ class AnalyzeConfig(_Section):
     seed: Seed
     test_bins: list[Frac]
     match_margin: Annotated[float, Field(gt=0)]
+    primary: list[str]
+    across_budgets: bool
 
 
 def budget_size(pool: int, frac: float | None, count: int | None) -> int:
@@ -396,7 +398,8 @@ class Config(_Section):
         arm = self.arm(name)
         if not arm.train:
             return self
-        return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}])
+        # the declared question names other arms: it is the study's, not this arm's runs'
+        return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}], **{"analyze.primary": []})
 
     def run_steps(self, arm: str | None, n_selected: int | None) -> int:
         """The update steps of one run of ``arm`` (None: of this config's own ``train``, one
@@ -732,6 +735,39 @@ def _check_consistent(cfg: Config, where) -> None:
             resolve(entry)
         except ParamsError as err:
             fail("analyze.compare", f"names {entry!r}, which is not a params file: {err}")
+    _check_primary(cfg, fail)
+
+
+def primary_pairs(cfg: Config) -> list[tuple[str, str]]:
+    """``analyze.primary`` as (a, b) pairs, in the order and orientation the params file declares
+    (each entry ``"a - b"``; checked by :func:`_check_consistent`)."""
+    return [tuple(part.strip() for part in entry.split(" - ")) for entry in cfg.analyze.primary]
+
+
+def _check_primary(cfg: Config, fail) -> None:
+    from diffgrpo.train.ledger import budget_level
+
+    names, seen = [a.name for a in cfg.arms], set()
+    for entry in cfg.analyze.primary:
+        parts = entry.split(" - ")
+        if len(parts) != 2 or not all(p.strip() for p in parts):
+            fail("analyze.primary", f"entry {entry!r}: a contrast is two arms' names apart by ' - ' (spaces around the "
+                                    "minus), e.g. 'hard - random'")
+        a, b = (p.strip() for p in parts)
+        unknown = [x for x in (a, b) if x not in names]
+        if unknown:
+            fail("analyze.primary", f"entry {entry!r}: {unknown[0]!r} is not an arm of this study; its arms: {names}")
+        if a == b:
+            fail("analyze.primary", f"entry {entry!r} contrasts an arm with itself")
+        if frozenset((a, b)) in seen:
+            fail("analyze.primary", f"entry {entry!r}: the pair is declared more than once (in either order)")
+        seen.add(frozenset((a, b)))
+        budgets = budget_level(cfg, a), budget_level(cfg, b)
+        if budgets[0] != budgets[1] and not cfg.analyze.across_budgets:
+            fail("analyze.primary", f"entry {entry!r}: the two arms are placed at different total-rollout budgets "
+                                    "(their own train.max_completions, the probe charged) "
+                                    f"({budgets[0]} and {budgets[1]}); a contrast across budgets is formed only with "
+                                    "`analyze.across_budgets: true`")
 
 
 def _check_arms(cfg: Config, fail) -> None:

@@ -111,6 +111,8 @@ def overrides(cfg: schema.Config, sources: dict[str, str] | None = None) -> dict
     for arm in cfg.arms:
         kinds.setdefault(_arm_kind(arm), _arm(arm))
     out["arms"] = list(kinds.values())
+    kept = {a["name"] for a in out["arms"]}  # the declared question: its contrasts between the arms kept
+    out["analyze"] = {"primary": [f"{a} - {b}" for a, b in schema.primary_pairs(cfg) if a in kept and b in kept]}
     train: dict[str, Any] = {
         "seeds": cfg.train.seeds[:1], "max_steps": None if cfg.train.epochs else len(levels) or STEPS, "prompts_per_step": PROMPTS_PER_STEP,
         "group_size": GROUP_SIZE, "save_steps": 1, "max_completions": None,

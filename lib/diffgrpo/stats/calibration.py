@@ -182,7 +182,7 @@ def stated_size(seed: list[int], n_prompts: int, n_seeds: int, seed_sd: float, r
 
     def excess(size: float) -> float:
         comp, kappa = contrast_components(seed, n_prompts, n_seeds, seed_sd, r, size)
-        return detectable(comp, n_prompts, n_seeds, m, pool_df=pool_df, kappa=kappa) - size
+        return detectable(comp, n_prompts, n_seeds, m, pool_df=pool_df, kappa=kappa, grow=False) - size
     hi = EFFECT_PP
     while excess(hi) > 0:
         hi *= 2

@@ -36,7 +36,7 @@ from scipy import optimize, special
 
 from diffgrpo.stats import ALPHA, POWER
 from diffgrpo.stats.anova import mean_squares
-from diffgrpo.stats.power import Design, detectable_difference, kappa_of
+from diffgrpo.stats.power import Design, detectable_at_size, detectable_difference, kappa_of
 from diffgrpo.stats.seed_part import SeedPart
 
 EXACT_MAX = 16  # sign_flip_p enumerates the 2^D sign patterns of up to this many discordant prompts
@@ -166,10 +166,11 @@ class MeanDist:
         and its per-prompt values' skew: the test inverted (:func:`diffgrpo.stats.power.detectable_difference`)."""
         seed, v = self.seed, float(np.var(self.dev))
         kappa = 0.0 if self.rows is None else kappa_of(self.rows, self.est, v + seed.variance)
-        if seed.empty:
-            return detectable_difference(Design(v, 0.0, 0.0, 0.0, 1, kappa=kappa), alpha, power)
-        return detectable_difference(Design(v, seed.tau2, seed.floor, seed.dof, seed.n_seeds, seed.offset, kappa),
-                                     alpha, power)
+        design = (Design(v, 0.0, 0.0, 0.0, 1, kappa=kappa) if seed.empty else
+                  Design(v, seed.tau2, seed.floor, seed.dof, seed.n_seeds, seed.offset, kappa))
+        if self.rows is None:
+            return detectable_difference(design, alpha, power)
+        return detectable_at_size(design, len(self.rows), self.est, alpha, power)
 
 
 def mean_dist(x: np.ndarray, boot: Bootstrap, blocks: int = 1, run_noise_floor: bool = True,

@@ -198,6 +198,14 @@ def planned_rollouts(cfg: Config, arm: str) -> int | None:
     return acfg.train.max_completions + probe
 
 
+def budget_level(cfg: Config, arm: str) -> int | None:
+    """The total-rollout budget an arm is placed at, for the report's families (no Holm family
+    mixes budgets, :func:`diffgrpo.analysis.uncertainty.pair_families`): its :func:`planned_rollouts`
+    where the arm sets its own ``train.max_completions`` (a study of budgets: online_vs_offline's
+    ``hard.b576``), else None (a study-wide cap is a cap, not a budget the arms are compared at)."""
+    return planned_rollouts(cfg, arm) if "max_completions" in cfg.arm(arm).train else None
+
+
 def arm_kind(cfg: Config, arm: str) -> str:
     """``online`` (train.online or dynamic sampling chooses inside training), ``offline`` (its
     selection read the probe) or ``no probe`` (neither: random or the whole pool as it is)."""
