@@ -1,7 +1,8 @@
 """Arms at equal total rollouts: is the probe worth its rollouts? Arms whose planned total
 (``train.max_completions`` plus the probe charged to them, :func:`diffgrpo.train.ledger.planned_rollouts`)
-is equal form one budget; within each budget every pair of arms is contrasted on the same test
-prompts and seeds, Holm-adjusted within the budget (:func:`diffgrpo.analysis.uncertainty.contrasts`).
+is equal form one budget; within each budget the report's own contrasts of its arms are listed
+(the contrasts section's rows, :func:`diffgrpo.analysis.uncertainty.pair_families`: Holm-adjusted
+within each one's family, the declared question's or the budget's exploratory one).
 An arm named ``<method>.<label>`` (``hard.b2``, ``all_posterior.b2``) is drawn as one line per
 method across budgets. Each arm is ``offline`` (its selection read the probe, which it is
 charged), ``online`` (selection inside training) or ``no probe`` (:func:`diffgrpo.train.ledger.arm_kind`).
@@ -57,7 +58,7 @@ from matplotlib.figure import Figure
 from diffgrpo.analysis.figures import method_lines
 from diffgrpo.analysis.sections.compute import arm_rollouts
 from diffgrpo.analysis.tables import DIGITS, method_of
-from diffgrpo.analysis.uncertainty import _round, contrasts
+from diffgrpo.analysis.uncertainty import _round
 from diffgrpo.stats import ALPHA
 from diffgrpo.stats.intervals import draws, interval, mean_dist, seed_noise
 from diffgrpo.store.artifacts import save_figure
@@ -99,10 +100,11 @@ def verdict(budget: int, table: pd.DataFrame, pairs: pd.DataFrame) -> str:
     head = (f"At {budget:,} total rollouts {best['strategy']} ({best['kind']}) gains most, "
             f"{best['gain_pp']:+.1f} points [{best['ci_low']:+.1f}, {best['ci_high']:+.1f}]")
     if not tied:
-        return head + ", ahead of every other arm at this budget (Holm-adjusted)."
+        return head + ", ahead of every other arm at this budget (exploratory, Holm-adjusted within each contrast's family)."
     seen = open_["detectable_pp"]
     size = (f"{seen.min():.1f}" if np.isclose(seen.min(), seen.max(), atol=0.05) else f"{seen.min():.1f}-{seen.max():.1f}")
-    return head + (f", but the data cannot tell it from {', '.join(tied)} (Holm-adjusted within the budget; differences "
+    return head + (f", but the data cannot tell it from {', '.join(tied)} (exploratory, Holm-adjusted within each contrast's "
+                   f"family; differences "
                    f"of about {size} points were detectable with 80% power, smaller ones would go unseen).")
 
 
@@ -131,7 +133,9 @@ def write(study) -> dict:
         t = spent.loc[arms].reset_index().assign(budget=budget, kind=[arm_kind(study.cfg, a) for a in arms],
                                                  trained=[schedule(study, a) for a in arms])
         t = t.assign(accuracy=base + t["gain_pp"] / 100, acc_low=base + t["ci_low"] / 100, acc_high=base + t["ci_high"] / 100)
-        p = contrasts(study.scores.only(arms), study.boot, study.control).assign(family=f"budget {budget}")
+        # the report's own contrasts between these arms (one number per contrast: Holm's within
+        # the family each is in, the declared question's or the budget's exploratory one)
+        p = study.pairs[study.pairs["a"].isin(arms) & study.pairs["b"].isin(arms)].reset_index(drop=True)
         tables.append(t)
         pairs.append(p)
         out[str(budget)] = {
@@ -148,7 +152,8 @@ def write(study) -> dict:
     study.write_table("budgets", f"Arms at equal total rollouts ({study.metric}; gain in points, 95% interval over "
                       f"{study.over})", table[cols].round(DIGITS))
     study.write_table("budget_contrasts", "Contrasts at equal total rollouts: gain of a minus gain of b (points), "
-                      "Holm-adjusted within each budget", pair_table.round(DIGITS))
+                      "the report's contrasts (contrasts.md), Holm-adjusted within each one's family (column `family`: the "
+                      "declared question's, confirmatory, or the budget's own, exploratory)", pair_table.round(DIGITS))
     save_figure(plot(table, study.metric), study.out / "fig_accuracy_vs_rollouts.png")
     words = [v["verdict"] for v in out.values()]
     to_target = rollouts_to_target(study, table)
