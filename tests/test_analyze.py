@@ -1126,7 +1126,7 @@ def test_the_compute_ledger_and_arms_at_equal_budget_in_the_report(tmp_path, mon
     (pair,) = at["contrasts"]
     assert (pair["a"], pair["b"], pair["diff_pp"], pair["decision"]) == ("easy", "hard", -10.0, "differs")
     assert at["verdict"].startswith("At 1,400 total rollouts hard (offline) gains most, +12.5 points [")
-    assert at["verdict"].endswith("ahead of every other arm at this budget (Holm-adjusted).")
+    assert at["verdict"].endswith("ahead of every other arm at this budget (exploratory, Holm-adjusted within each contrast's family).")
     assert (out / "fig_gain_vs_rollouts.png").exists() and (out / "fig_accuracy_vs_rollouts.png").exists()
 
 

@@ -180,3 +180,14 @@ def test_the_size_is_found_where_the_scores_vary_as_they_would_at_that_size():
     assert at_d.v_prompt - 78 / n == pytest.approx(share * power.growth(d) / n)
     one = power.grown(power.design_of(comp, n, 1), 100.0, n)
     assert one.v_prompt == pytest.approx((78 + 189 + 100) / n) and one.floor == 0.0
+
+
+def test_an_exact_tie_still_states_the_size_its_test_would_need():
+    """Two arms that answer alike on every prompt and seed: the observed variance is 0, but a true
+    difference would bring discordant prompts, so the size is the fixed point, not 0."""
+    tie = intervals.mean_dist(np.zeros((300, 3)), intervals.Bootstrap(300, 400, 0))
+    d = tie.detectable(0.05)
+    assert 1.0 < d < 20.0
+    one = power.detectable({"prompt": 0.0, "seed": 0.0, "resid": 0.0}, 300, 1)
+    assert one == pytest.approx(power.detectable_difference(power.grown(power.design_of(
+        {"prompt": 0.0, "seed": 0.0, "resid": 0.0}, 300, 1), power.growth(one), 300)), abs=0.02)

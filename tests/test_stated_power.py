@@ -42,7 +42,7 @@ variance grows with the size, the calibration grid's fixed point), which the rep
 from the observed components, does not see: part of what this test measures.
 
 The test run on each simulated study: every pair of the K arms (``calibration.family``: the report's
-``pooled_dists``); where the family is large (more than ``FULL_POOL`` pairs: online_vs_offline's 528)
+``pooled_dists``); where the family is large (more than ``FULL_POOL`` pairs: online_vs_offline's 33 arms)
 the homogeneity check is run for the simulated contrast alone (``pooling._too_spread``) and the pool
 taken over all pairs (``pool_seed_parts`` without the check): the check costs a degrees-of-freedom
 computation per contrast per study (about 1 s a study at 528 pairs, against 0.08 s so), and in simulated homogeneous arms it

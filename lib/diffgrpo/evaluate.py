@@ -195,11 +195,30 @@ def evaluate_run(cfg: Config, arm: str, seed: int, eval_set: str = TEST_SET, *, 
         last = max(steps)
         steps = {last: steps[last]}
     base = read_summary(cfg, layout.BASE_RUN, evaluate_base(cfg, progress, eval_set))
-    with artifacts.exclusive(layout.eval_dir(cfg, layout.run_id(arm, seed), eval_set)):
+    out_dir = layout.eval_dir(cfg, layout.run_id(arm, seed), eval_set)
+    with artifacts.exclusive(out_dir):
+        adapters = {str(step): layout.adapter_identity(a) for step, a in sorted(steps.items()) if a is not None}
+        if _done(cfg.for_eval_set(eval_set), out_dir, sorted(steps), trained, adapters):
+            return out_dir  # evaluated already, these very adapters with these settings (a study that took more seeds)
         out = _with_base_rows(cfg, arm, seed, base, steps, trained, progress, eval_set)
+        manifest = artifacts.read_manifest(out / layout.MANIFEST, "04_evaluate")
+        artifacts.write_json(out / layout.MANIFEST, {**manifest, "adapters": adapters})
         if cfg.for_arm(arm).train.report_to == "tensorboard":
             write_curves(run_dir, read_summary(cfg, layout.run_id(arm, seed), out, eval_set), eval_set)
         return out
+
+
+def _done(cfg: Config, out_dir: Path, steps: list[int], trained: dict, adapters: dict) -> bool:
+    """Whether ``out_dir`` holds this run's evaluation already: the same settings and rows
+    (:func:`diffgrpo.store.layout.eval_key`), checkpoints, training and adapter files (their
+    digests), undamaged. Then its evaluation is read, not written again."""
+    try:
+        m = artifacts.read_manifest(out_dir / layout.MANIFEST, "04_evaluate")
+    except artifacts.ArtifactError:
+        return False
+    return (m is not None and m.get("key") == layout.eval_key(cfg) and m.get("steps") == steps
+            and m.get("trained") == artifacts.jsonable(trained) and m.get("adapters") == adapters
+            and not artifacts.damaged(out_dir, m))
 
 
 #: the summary's columns that are no accuracy (``write_curves`` leaves them out)

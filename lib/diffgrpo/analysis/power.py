@@ -20,7 +20,6 @@ call of the report contrasts (all the study's arms; a budget's arms), (K - 1)(S 
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +37,11 @@ ASSUMED = {"prompt": 1000.0, "seed": 8.0, "resid": 1000.0}
 
 
 def committed_components(inputs: Path) -> tuple[dict[str, float], int]:
-    """The median components over a committed study's contrasts among its verifier arms (seeds
+    """The median components over a committed study's contrasts among its verifier arms that its
+    report forms (:func:`diffgrpo.analysis.uncertainty.pair_families`: none across budgets; seeds
     both ran, at least two), and how many contrasts they come from."""
-    from diffgrpo.analysis.report import Scores, control_arms, find_runs
+    from diffgrpo.analysis.report import Scores, contrast_plan, control_arms, find_runs
+    from diffgrpo.analysis.uncertainty import pair_families
 
     cfg = params.load(Path(inputs) / "report" / layout.PARAMS, defaults=False)
     complete, _ = find_runs(Path(inputs))
@@ -48,7 +49,7 @@ def committed_components(inputs: Path) -> tuple[dict[str, float], int]:
     scores = Scores(Path(inputs), runs, cfg.analyze.metric)
     arms = sorted(set(runs["strategy"]) - set(control_arms(cfg)))
     found = []
-    for a, b in itertools.combinations(arms, 2):
+    for a, b, _ in pair_families(arms, **contrast_plan(cfg)):
         common = sorted(set(scores.seeds(a)) & set(scores.seeds(b)))
         if len(common) >= 2:
             found.append(components(100.0 * (scores.at(a, seeds=common) - scores.at(b, seeds=common))))

@@ -304,6 +304,7 @@ class StudyReport:
     selections: pd.DataFrame | None = None  # p_hat of every prompt the runs train on (study_selections)
     prior: dict | None = None   # the Beta prior of the posterior learnability (learnability.learnability_prior)
     trajectories: dict[str, str] = dataclasses.field(default_factory=dict)  # run_id -> layout.trajectory_id
+    pair_dists: list = dataclasses.field(default_factory=list)  # each row of pairs: its MeanDist (diffgrpo.stats.intervals)
 
     def nested_arms(self) -> list[list[str]]:
         """Groups of arms whose runs are, seed by seed, points of one trajectory (one a prefix of
@@ -393,14 +394,15 @@ def read_study(cfg: Config) -> StudyReport:
         ["learnable_pct", "learnable_first_pct", "predicted_learnable_pct", "predicted_posterior_pct"]].mean()
     arms = arm_intervals(scores, boot).merge(learn, left_on="strategy", right_index=True)
     curves = accuracy_curves(evals, metric).merge(curve_intervals(scores, boot), on=["strategy", "step"], how="left")
-    seeds = int(arms["n_seeds"].max())
+    seeds, pair_dists = int(arms["n_seeds"].max()), []
     over = (f"test prompts (bootstrap) and seeds (pooled across the study's contrasts where their spreads agree, else a t "
             f"with {seeds - 1} df; floored at the runs' per-prompt noise; p never below the sign-flip test's)" if seeds > 1
             else "test prompts only (one seed per arm: seed variance is not included)")
     return StudyReport(
         cfg=cfg, out=layout.report_dir(cfg), metric=metric, runs=runs, manifests=complete, evals=evals,
         tiers=read_evals(root, ids, layout.EVAL_TIERS), set_evals=read_set_evals(cfg, ids), curves=curves, arms=arms,
-        pairs=contrasts(scores, boot, control, **contrast_plan(cfg)), rep=paper_numbers.reported(cfg.analyze.reports),
+        pairs=contrasts(scores, boot, control, **contrast_plan(cfg), keep=pair_dists), pair_dists=pair_dists,
+        rep=paper_numbers.reported(cfg.analyze.reports),
         regression=figure3_regression(runs, control, cfg.analyze.bootstrap, cfg.analyze.seed), over=over,
         control=control, scores=scores, boot=boot, skipped=skipped, selections=selections, prior=prior,
         trajectories={m["run_id"]: layout.trajectory_id(m) for m in complete})

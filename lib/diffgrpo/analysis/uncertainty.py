@@ -98,7 +98,8 @@ CONTRAST_COLUMNS = ["a", "b", "family", "question", "diff_pp", "ci_low", "ci_hig
 
 def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alpha: float = ALPHA,
               max_refine: int = MAX_REFINE, *, budget_of: dict[str, int | None] | None = None,
-              primary: Iterable[tuple[str, str]] = (), across_budgets: bool = False) -> pd.DataFrame:
+              primary: Iterable[tuple[str, str]] = (), across_budgets: bool = False,
+              keep: list | None = None) -> pd.DataFrame:
     """The pairs of arms :func:`pair_families` forms, each paired on the same test prompts and the
     seeds both ran: difference of gains in points (a - b), its interval, p-value (with its Monte
     Carlo error and the resamples it took), and Holm's within its family; ``question``:
@@ -119,11 +120,11 @@ def contrasts(scores: Scores, boot: Bootstrap, control: Iterable[str] = (), alph
                      "question": "confirmatory" if family == PRIMARY else "exploratory",
                      "diff_pp": float(diff.mean()), "n_seeds": len(common)})
         diffs.append(diff)
-    return decide(pd.DataFrame(rows, columns=CONTRAST_COLUMNS), diffs, boot, alpha, max_refine)
+    return decide(pd.DataFrame(rows, columns=CONTRAST_COLUMNS), diffs, boot, alpha, max_refine, keep)
 
 
 def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: float = ALPHA,
-           max_refine: int = MAX_REFINE) -> pd.DataFrame:
+           max_refine: int = MAX_REFINE, keep: list | None = None) -> pd.DataFrame:
     """The intervals, p-values and Holm's decisions of paired contrasts: ``out`` has a row per
     contrast (a ``family`` column among its own; a RangeIndex), ``diffs`` its prompts x seeds
     differences in points. Holm's step-down runs within each family (:func:`holm_step_down`:
@@ -134,7 +135,8 @@ def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: f
     are less strict), the test inverted from its own variance components
     (:meth:`~diffgrpo.stats.intervals.MeanDist.detectable`): beside a "not distinguishable", the
     size the study could have seen. The seed parts pool across every row of ``out`` (its ``a``
-    and ``b`` name each contrast's arms: :mod:`diffgrpo.stats.pooling`)."""
+    and ``b`` name each contrast's arms: :mod:`diffgrpo.stats.pooling`). ``keep``: a list that
+    receives each row's :class:`~diffgrpo.stats.intervals.MeanDist`, in row order."""
     out = out.copy()
     units = pair_units(list(zip(out["a"], out["b"]))) if len(out) else np.zeros((0, 0))
     blocks, dists = [1] * len(diffs), pooled_dists(diffs, units, boot) if diffs else []
@@ -168,6 +170,8 @@ def decide(out: pd.DataFrame, diffs: list[np.ndarray], boot: Bootstrap, alpha: f
     out["decision"] = decision.to_numpy()
     out["undecided"] = out["decision"] == "undecided"
     out["significant_holm"] = out["decision"] == "differs"
+    if keep is not None:  # each row's distribution (a look's interval at its own level: the sequential section)
+        keep.extend(dists)
     return out
 
 

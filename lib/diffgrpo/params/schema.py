@@ -234,6 +234,15 @@ class EvaluateConfig(_Section):
     sets: list[EvalSetConfig]
 
 
+class SequentialConfig(_Section):
+    """Seeds in blocks (:mod:`diffgrpo.stats.sequential`): a look at the declared question after
+    every ``block`` seeds up to ``max_seeds``; ``margin``: the equivalence margin in points."""
+
+    block: PosInt | None
+    max_seeds: PosInt | None
+    margin: Annotated[float, Field(gt=0)] | None
+
+
 class AnalyzeConfig(_Section):
     metric: Literal["greedy_acc", "pass@1"]
     reports: list[str]
@@ -244,6 +253,7 @@ class AnalyzeConfig(_Section):
     match_margin: Annotated[float, Field(gt=0)]
     primary: list[str]
     across_budgets: bool
+    sequential: SequentialConfig
 
 
 def budget_size(pool: int, frac: float | None, count: int | None) -> int:
@@ -746,6 +756,19 @@ def primary_pairs(cfg: Config) -> list[tuple[str, str]]:
 
 def _check_primary(cfg: Config, fail) -> None:
     from diffgrpo.train.ledger import budget_level
+
+    seq = cfg.analyze.sequential
+    if (seq.block is None) != (seq.max_seeds is None):
+        fail("analyze.sequential", "sets one of block and max_seeds: seeds in blocks need both (or neither)")
+    if seq.block is not None:
+        if seq.block > seq.max_seeds:
+            fail("analyze.sequential", f"block = {seq.block} is above max_seeds = {seq.max_seeds}")
+        if not cfg.analyze.primary:
+            fail("analyze.sequential", "looks at the declared question, and analyze.primary is empty: declare it")
+        if len(cfg.train.seeds) > seq.max_seeds:
+            fail("analyze.sequential", f"max_seeds = {seq.max_seeds}, and train.seeds lists {len(cfg.train.seeds)}")
+    elif seq.margin is not None:
+        fail("analyze.sequential", "margin is the rule's, and block / max_seeds are null: set them, or drop margin")
 
     names, seen = [a.name for a in cfg.arms], set()
     for entry in cfg.analyze.primary:

@@ -215,10 +215,12 @@ def detectable_at_size(design: Design, n_prompts: int, est: float = 0.0, alpha: 
     Without it a report's size for a contrast observed near 0 was found with 41-74% power by
     simulation (tests/test_stated_power.py)."""
     excess = lambda d: detectable_difference(grown(design, growth(d, est), n_prompts), alpha, power) - d  # noqa: E731
-    first = excess(abs(est))
+    # scores that do not vary at all (an exact tie) still would at a true difference: start above it
+    start = abs(est) if design.sd > 0 else max(abs(est), 0.01)
+    first = excess(start)
     if first <= 0:
-        return detectable_difference(design, alpha, power)
-    lo, hi = abs(est), abs(est) + first
+        return detectable_difference(design, alpha, power) if design.sd > 0 else start
+    lo, hi = start, start + first
     while excess(hi) > 0:
         lo, hi = hi, min(2 * hi, 100.0)
         if hi >= 100.0:

@@ -60,7 +60,7 @@ from diffgrpo.registry import Registry
 #: (its summary.json key where it writes one), the module says what it holds
 BUILT_IN = {name: f"{__name__}.{name}" for name in (
     "runs", "verdict", "regression", "arms", "contrasts", "curves", "checkpoint_contrasts", "learnability", "tiers",
-    "plateau", "selections", "confounds", "compute", "budgets", "probe_budget", "staleness")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
+    "plateau", "selections", "confounds", "compute", "budgets", "probe_budget", "staleness", "sequential")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
 
 #: every section: the built-in ones, then those a plugin or a notebook registered, in that order
 SECTIONS: Registry[Any] = Registry("report section", ValueError, BUILT_IN,
