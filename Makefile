@@ -16,7 +16,7 @@ VLLM_STAMP := $(VENV_VLLM)/.installed-$(shell cksum requirements-gpu.txt | cut -
 GPU_TESTS := tests/test_vllm_backend.py tests/test_devices.py tests/test_train.py tests/test_generation.py tests/test_environment.py \
              tests/test_params_files.py
 
-.PHONY: study results reproduce test test-params test-times test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
+.PHONY: study results reproduce test test-params test-stats test-times test-unit test-all test-lab setup references clean-outputs lab gpu-env test-gpu gpu-smoke gpu-accept gpu-accept-wheels slurm-local slurm-stop test-cluster \
         vllm-env test-vllm
 
 setup: $(STAMP)
@@ -61,6 +61,11 @@ test: $(STAMP)
 ## paper001_embedded's (make test runs that one); in CI (.ci/run), 20-25 minutes
 test-params: $(STAMP)
 	$(PY) -m pytest -m params -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0 tests/test_every_params_file.py
+
+## each committed report's stated detectable size simulated with its own test (tests/test_stated_power.py,
+## `slow`: about a minute); in CI (.ci/run)
+test-stats: $(STAMP)
+	$(PY) -m pytest -m "slow or not slow" -q -rs -p no:cacheprovider tests/test_stated_power.py
 
 ## make test with each tier's seconds and the 30 slowest tests printed at the end (tests/conftest.py)
 test-times: $(STAMP)
