@@ -55,25 +55,26 @@ reproduce: $(STAMP)
 
 ## the tests, notebooks end to end on a tiny setting included (no `slow` or `cluster` marker; no root needed)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	$(PY) -m pytest -m "not slow and not cluster and not lab and not params and not stats" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## every params file's own study, shrunk (diffgrpo.params.shrink), through every stage: all but
 ## paper001_embedded's (make test runs that one); in CI (.ci/run), 20-25 minutes
 test-params: $(STAMP)
 	$(PY) -m pytest -m params -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0 tests/test_every_params_file.py
 
-## each committed report's stated detectable size simulated with its own test (tests/test_stated_power.py,
-## `slow`: about a minute); in CI (.ci/run)
+## the calibrations by simulation (`stats`): each committed report's stated detectable size found
+## with its own test (tests/test_stated_power.py), the intervals' error rates and the pooled seed
+## part's power (tests/test_analyze.py); in CI (.ci/run), 2-3 minutes
 test-stats: $(STAMP)
-	$(PY) -m pytest -m "slow or not slow" -q -rs -p no:cacheprovider tests/test_stated_power.py
+	$(PY) -m pytest -m stats -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0 tests/test_stated_power.py tests/test_analyze.py
 
 ## make test with each tier's seconds and the 30 slowest tests printed at the end (tests/conftest.py)
 test-times: $(STAMP)
-	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	DIFFGRPO_TEST_TIMES=1 $(PY) -m pytest -m "not slow and not cluster and not lab and not params and not stats" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## the unit tests only (under 2 minutes): no notebook, training or study run (`e2e`), nothing slow, no cluster, no download
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab and not params" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
+	$(PY) -m pytest -m "not slow and not cluster and not e2e and not download and not lab and not params and not stats" -q -rs -p no:cacheprovider -n 2 --max-worker-restart=0
 
 ## every test, the slow ones too (the cluster ones skip where no Slurm runs)
 test-all: $(STAMP)

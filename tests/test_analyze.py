@@ -945,6 +945,7 @@ def test_the_seed_part_is_issue_19s_t_without_a_floor_and_a_normal_at_the_floor(
         assert abs((drawn <= both.quantile(q)).mean() - q) < 0.002
 
 
+@pytest.mark.stats
 def test_intervals_hold_their_error_rates_where_seeds_agree_and_where_they_do_not():
     """Two cells of docs/statistics.md's grid with 300 studies each (the whole grid is
     ``test_the_calibration_grid_holds_in_every_cell``, slow): the tie regime (2 seeds, no seed
@@ -959,6 +960,7 @@ def test_intervals_hold_their_error_rates_where_seeds_agree_and_where_they_do_no
         assert min(rates["gain_coverage"], rates["contrast_coverage"]) >= 0.95 - 2.5 * calibration.mc_se(0.95, 300), rates
 
 
+@pytest.mark.stats
 def test_pooling_the_seed_part_at_least_doubles_the_power_where_seeds_add_nothing():
     """Issue 44's cell: 2 seeds, no seed variance, 5% flips, 300 prompts. Each contrast's own seed
     part (one degree of freedom) found a 4-point difference in about 20% of studies; pooled across

@@ -66,7 +66,8 @@ def _study_file(folder, seeds):
     path = folder / "blocks.yaml"
     path.write_text(yaml.safe_dump({
         "include": str(ROOT / "params" / "tiny.yaml"), "study": "seeds_in_blocks", "arms": ["hard", "random"],
-        "train": {"seeds": seeds, "max_steps": 2, "save_steps": 2}, "evaluate": {"sets": [], "n_samples": 0, "pass_k": []},
+        "dataset": {"pool_size": 16, "test_size": 8}, "probe": {"k": 2},
+        "train": {"seeds": seeds, "max_steps": 1, "save_steps": 1}, "evaluate": {"sets": [], "n_samples": 0, "pass_k": []},
         "analyze": {"primary": ["hard - random"], "sequential": {"block": 1, "max_seeds": 2, "margin": 50.0}}}))
     return path
 

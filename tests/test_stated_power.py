@@ -184,7 +184,7 @@ def test_every_committed_report_is_found():
 # the observed variance); online_vs_offline_skewed all_learnability.b1344 - hard.b1344, 7.30 in 528:
 # 73.8% +- 1.8 (83.3 +- 3.0), below; paper001 all - base_right, 13.46 in 3: 81.1% +- 0.9 (76.2 +- 1.9), 1 point
 # above 80%; paper002 eprli_dynamic - eprli_grpo, 10.94 in 3: 78.2% +- 0.9 (75.4 +- 1.9), within 2.5 se.
-@pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("study", REPORTS)
 def test_the_verdicts_contrast_simulated_at_its_stated_size_is_found_with_80_percent_power(study):
     c = the_contrast(study)

@@ -366,9 +366,9 @@ def contrast_plan(cfg: Config) -> dict:
     """What decides the report's contrasts and their Holm families beside the arms
     (:func:`diffgrpo.analysis.uncertainty.pair_families`): each arm's planned total rollouts, the
     declared question (``analyze.primary``) and ``analyze.across_budgets``: each arm's budget level
-    (:func:`diffgrpo.train.ledger.budget_level`)."""
+    (:func:`diffgrpo.params.budgets.budget_level`)."""
     from diffgrpo.params.schema import primary_pairs
-    from diffgrpo.train.ledger import budget_level
+    from diffgrpo.params.budgets import budget_level
 
     return {"budget_of": {a.name: budget_level(cfg, a.name) for a in cfg.arms}, "primary": primary_pairs(cfg),
             "across_budgets": cfg.analyze.across_budgets}

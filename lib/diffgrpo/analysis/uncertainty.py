@@ -49,7 +49,7 @@ def pair_families(arms: list[str], control: Iterable[str] = (), budget_of: dict[
     """The contrasts a report forms, (a, b, family) in order: the declared ``primary`` pairs first
     (as declared), then every other pair of ``arms`` in their order, in family ``control`` (with a
     ``control`` arm) or ``arms``, suffixed " at <N> rollouts" where ``budget_of`` (arm -> planned
-    total rollouts, :func:`diffgrpo.train.ledger.planned_rollouts`) gives the arms more than one
+    total rollouts, :func:`diffgrpo.params.budgets.planned_rollouts`) gives the arms more than one
     budget; a pair across budgets is left out, or with ``across_budgets`` in family ``across budgets``."""
     control, budget_of = set(control), dict(budget_of or {})
     primary = [tuple(p) for p in primary]

@@ -755,7 +755,7 @@ def primary_pairs(cfg: Config) -> list[tuple[str, str]]:
 
 
 def _check_primary(cfg: Config, fail) -> None:
-    from diffgrpo.train.ledger import budget_level
+    from diffgrpo.params.budgets import budget_level
 
     seq = cfg.analyze.sequential
     if (seq.block is None) != (seq.max_seeds is None):

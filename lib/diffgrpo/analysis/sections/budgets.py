@@ -1,5 +1,5 @@
 """Arms at equal total rollouts: is the probe worth its rollouts? Arms whose planned total
-(``train.max_completions`` plus the probe charged to them, :func:`diffgrpo.train.ledger.planned_rollouts`)
+(``train.max_completions`` plus the probe charged to them, :func:`diffgrpo.params.budgets.planned_rollouts`)
 is equal form one budget; within each budget the report's own contrasts of its arms are listed
 (the contrasts section's rows, :func:`diffgrpo.analysis.uncertainty.pair_families`: Holm-adjusted
 within each one's family, the declared question's or the budget's exploratory one).
