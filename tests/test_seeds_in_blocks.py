@@ -99,3 +99,17 @@ def test_a_finished_study_takes_more_seeds_and_trains_only_the_new_runs(tmp_path
     second = json.loads((root / "report" / layout.REPORT_SUMMARY).read_text())["sequential"]
     assert second["n_seeds"] == 2 and second["rows"][0]["decision"] in ("differs", "equivalent", "not resolved")
     assert "Look 2 of 2" in (root / "report" / "sequential.md").read_text()
+    # the next block is planned from the study's own runs (two seeds now: components to take)
+    from diffgrpo.analysis import power
+
+    assert "this study's own finished runs" in power.plan_lines(params.load(path))[0]
+
+
+def test_the_plan_prints_what_each_later_look_would_detect():
+    from diffgrpo.analysis import power
+
+    cfg = params.load("online_vs_offline", overrides={"analyze.sequential": {"block": 3, "max_seeds": 9, "margin": 2.0}})
+    line = power.plan_lines(cfg)[-1]
+    assert line.strip().startswith("seeds in blocks, the declared question at each look") and "alpha / 6" in line
+    sizes = [float(part.split(": ")[1].split()[0]) for part in line.split(": ", 1)[1].split("; ")]
+    assert len(sizes) == 3 and sizes[0] > sizes[1] > sizes[2] > 0

@@ -27,6 +27,7 @@ import pandas as pd
 
 from diffgrpo import params
 from diffgrpo.params import Config
+from diffgrpo.stats import ALPHA
 from diffgrpo.stats.power import components, detectable  # noqa: F401  (detectable: the plan's, diffgrpo.study)
 from diffgrpo.store import artifacts, layout
 
@@ -106,8 +107,11 @@ def plan_lines(cfg: Config) -> list[str]:
     n, s = cfg.dataset.test_size, len(cfg.train.seeds)
     if not n:
         return ["detectable differences: dataset.test_size is the whole split; set it to plan them"]
-    source = matching_study(cfg)
-    if source is not None:
+    source, own = matching_study(cfg), _own_components(cfg)
+    if own is not None:  # a study that has run seeds already plans its next block from them
+        comp, k = own
+        where = f"variance components of this study's own finished runs ({layout.study_dir(cfg)}; median over {k} contrasts)"
+    elif source is not None:
         comp, k = committed_components(source)
         where = (f"variance components of the committed study {source.parent.name!r} (same task, model and metric; median "
                  f"over its {k} contrasts)")
@@ -118,4 +122,27 @@ def plan_lines(cfg: Config) -> list[str]:
              f"seed(s), the seed part pooled across the contrasts of the arms compared together), from the {where}: {sds} points"]
     lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m, pool_df=per_seed * (s - 1)):.1f} points"
               for family, (m, per_seed) in _families(cfg).items()]
+    seq = cfg.analyze.sequential
+    if seq.block is not None:  # seeds in blocks: what each later look of the declared question would detect
+        from diffgrpo.stats import sequential
+
+        m, per_seed = _families(cfg).get("primary", (1, 0.0))
+        every = sequential.looks(seq.block, seq.max_seeds)
+        levels = dict(zip(every, sequential.nominal_levels([x / seq.max_seeds for x in every], ALPHA / m)))
+        lines.append("  seeds in blocks, the declared question at each look from here (its O'Brien-Fleming level, "
+                     f"alpha / {m} a contrast): " + "; ".join(
+                         f"{x} seeds: {detectable(comp, n, x, 1, alpha=levels[x], pool_df=per_seed * (x - 1)):.1f} points"
+                         for x in every if x >= s))
     return lines
+
+
+def _own_components(cfg: Config) -> tuple[dict[str, float], int] | None:
+    """The study's own components where its outputs hold a report of two or more seeds, else None."""
+    root = layout.study_dir(cfg)
+    if not (root / "report" / layout.PARAMS).is_file():
+        return None
+    try:
+        comp, k = committed_components(root)
+    except (ValueError, FileNotFoundError, KeyError):
+        return None
+    return comp, k

@@ -409,7 +409,8 @@ class Config(_Section):
         if not arm.train:
             return self
         # the declared question names other arms: it is the study's, not this arm's runs'
-        return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}], **{"analyze.primary": []})
+        return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}], **{
+            "analyze.primary": [], "analyze.sequential": {"block": None, "max_seeds": None, "margin": None}})
 
     def run_steps(self, arm: str | None, n_selected: int | None) -> int:
         """The update steps of one run of ``arm`` (None: of this config's own ``train``, one
