@@ -27,6 +27,7 @@ import yaml
 
 from diffgrpo import policies
 from diffgrpo.params import schema
+from diffgrpo.store import artifacts
 
 #: the model every file runs whose own model this machine cannot run (params/smoke.yaml's)
 CPU_MODEL = {"name": "tiny-random", "path": "tiny-random", "gguf_file": None, "dtype": "float32",
@@ -157,7 +158,6 @@ def shrunk(name: str | Path, folder: Path, sources: dict[str, str] | None = None
     path = params.resolve(name)
     cfg = params.load(path)
     out = {"include": str(path), **overrides(cfg, sources)}
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{Path(path).stem}_shrunk.yaml"
-    target.write_text(yaml.safe_dump(out, sort_keys=False))
-    return target
+    # atomically (a temporary file renamed): two test workers write the same file at collection,
+    # and a plain write let one read the other's half-written file
+    return artifacts.write_text(folder / f"{Path(path).stem}_shrunk.yaml", yaml.safe_dump(out, sort_keys=False))
