@@ -112,9 +112,11 @@ def _write(out_dir: Path, samples: pd.DataFrame, summary: pd.DataFrame, tiers: p
 
 def _evaluate_steps(cfg: Config, rid: str, arm: str, seed: int | None,
                     steps: dict[int, Path | None], progress: bool, trained: dict | None = None,
-                    step0: tuple[pd.DataFrame, pd.DataFrame] | None = None, eval_set: str = TEST_SET) -> Path:
+                    step0: tuple[pd.DataFrame, pd.DataFrame] | None = None, eval_set: str = TEST_SET,
+                    adapters: dict | None = None) -> Path:
     """Evaluate the given checkpoints (step -> adapter folder, None = base) on ``eval_set``
-    (``cfg`` is that set's, :meth:`Config.for_eval_set`); write the run's files."""
+    (``cfg`` is that set's, :meth:`Config.for_eval_set`); write the run's files. ``adapters``: the
+    checkpoints' identities, recorded in the manifest (:func:`_done` reads them back)."""
     out_dir = layout.eval_dir(cfg, rid, eval_set)
     rows = splits.load_test(cfg)
     ks = sorted(set(cfg.evaluate.pass_k))  # each 1 <= k <= n_samples: checked with the params
@@ -135,7 +137,8 @@ def _evaluate_steps(cfg: Config, rid: str, arm: str, seed: int | None,
     _write(out_dir, pd.concat(all_samples, ignore_index=True), summary, tier_table)
     artifacts.write_json(out_dir / layout.MANIFEST, {"key": run_key, "steps": sorted(steps), "trained": trained,
                                                    "sha256": artifacts.digests(out_dir, FILES),
-                                                   "peak_memory": devices.peak_memory()})  # GPU peaks (None: CPU)
+                                                   "peak_memory": devices.peak_memory(),  # GPU peaks (None: CPU)
+                                                   **({"adapters": adapters} if adapters is not None else {})})
     return out_dir
 
 
@@ -200,9 +203,7 @@ def evaluate_run(cfg: Config, arm: str, seed: int, eval_set: str = TEST_SET, *, 
         adapters = {str(step): layout.adapter_identity(a) for step, a in sorted(steps.items()) if a is not None}
         if _done(cfg.for_eval_set(eval_set), out_dir, sorted(steps), trained, adapters):
             return out_dir  # evaluated already, these very adapters with these settings (a study that took more seeds)
-        out = _with_base_rows(cfg, arm, seed, base, steps, trained, progress, eval_set)
-        manifest = artifacts.read_manifest(out / layout.MANIFEST, "04_evaluate")
-        artifacts.write_json(out / layout.MANIFEST, {**manifest, "adapters": adapters})
+        out = _with_base_rows(cfg, arm, seed, base, steps, trained, progress, eval_set, adapters)
         if cfg.for_arm(arm).train.report_to == "tensorboard":
             write_curves(run_dir, read_summary(cfg, layout.run_id(arm, seed), out, eval_set), eval_set)
         return out
@@ -244,14 +245,14 @@ def write_curves(run_dir: Path, summary: pd.DataFrame, eval_set: str = TEST_SET)
 
 
 def _with_base_rows(cfg: Config, arm: str, seed: int, base: pd.DataFrame, steps: dict[int, Path | None],
-                    trained: dict, progress: bool, eval_set: str = TEST_SET) -> Path:
+                    trained: dict, progress: bool, eval_set: str = TEST_SET, adapters: dict | None = None) -> Path:
     """Evaluate the run's checkpoints, with the base model as its step 0."""
     rid = layout.run_id(arm, seed)
     base_tiers = artifacts.read_parquet(layout.eval_dir(cfg, layout.BASE_RUN, eval_set) / layout.EVAL_TIERS,
                                         "04_evaluate")
     step0 = tuple(df.assign(run_id=rid, strategy=arm, seed=seed) for df in (base, base_tiers))
     return _evaluate_steps(cfg.for_eval_set(eval_set), rid, arm, seed, steps, progress, trained, step0,
-                           eval_set)
+                           eval_set, adapters)
 
 
 def read_summary(cfg: Config, rid: str, out_dir: Path | None = None, eval_set: str = TEST_SET) -> pd.DataFrame:

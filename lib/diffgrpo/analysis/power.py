@@ -120,13 +120,14 @@ def plan_lines(cfg: Config) -> list[str]:
     sds = ", ".join(f"{k} sd {np.sqrt(v):.1f}" for k, v in comp.items())
     lines = [f"detectable differences (80% power, Holm's first step of the report's own test, {n} test prompts x {s} "
              f"seed(s), the seed part pooled across the contrasts of the arms compared together), from the {where}: {sds} points"]
+    families = _families(cfg)
     lines += [f"  {family}: {m} contrast(s): {detectable(comp, n, s, m, pool_df=per_seed * (s - 1)):.1f} points"
-              for family, (m, per_seed) in _families(cfg).items()]
+              for family, (m, per_seed) in families.items()]
     seq = cfg.analyze.sequential
     if seq.block is not None:  # seeds in blocks: what each later look of the declared question would detect
         from diffgrpo.stats import sequential
 
-        m, per_seed = _families(cfg).get("primary", (1, 0.0))
+        m, per_seed = families.get("primary", (1, 0.0))
         every = sequential.looks(seq.block, seq.max_seeds)
         levels = dict(zip(every, sequential.nominal_levels([x / seq.max_seeds for x in every], ALPHA / m)))
         lines.append("  seeds in blocks, the declared question at each look from here (its O'Brien-Fleming level, "

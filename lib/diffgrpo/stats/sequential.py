@@ -28,6 +28,7 @@ conservative: an early look has more information than t says).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +60,12 @@ def _inside(bounds: list[float], cov: np.ndarray) -> float:
 def boundaries(fractions: list[float], alpha: float = ALPHA) -> list[float]:
     """Each look's two-sided z boundary c_k at information ``fractions`` (increasing, the last at
     most 1), so that the looks together reject a true null with probability alpha(t_K) (module
-    docstring)."""
+    docstring). Solved once per schedule (a report asks it for each declared contrast)."""
+    return list(_boundaries(tuple(float(f) for f in fractions), float(alpha)))
+
+
+@functools.lru_cache(maxsize=64)
+def _boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     t = np.asarray(fractions, float)
     if len(t) == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0 or t[-1] > 1 + 1e-12:
         raise ValueError(f"information fractions {list(fractions)} must increase within (0, 1]")
@@ -75,7 +81,7 @@ def boundaries(fractions: list[float], alpha: float = ALPHA) -> list[float]:
             out.append(np.inf)
             continue
         out.append(float(optimize.brentq(excess, 0.5, 12.0, xtol=1e-6)))
-    return out
+    return tuple(out)
 
 
 def nominal_levels(fractions: list[float], alpha: float = ALPHA) -> list[float]:
