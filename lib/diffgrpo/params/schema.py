@@ -155,6 +155,9 @@ class TrainConfig(_Section):
                     "defaults of a method added since the flat block of defaults.yaml)")
     length_reward: LengthRewardParams
     max_completions: PosInt | None
+    budgets_as_checkpoints: bool = Field(
+        description="arms that differ only in their own max_completions are checkpoints of the largest one's run "
+                    "(diffgrpo.params.budgets.checkpoint_of); not in a run's key")
     trl: dict[str, Any] = Field(description="more GRPOConfig options, passed through as they are")
 
     @model_validator(mode="before")

@@ -116,8 +116,9 @@ def probe_key(cfg: Config, role: str = "pool") -> dict[str, Any]:
 
 #: train.* keys out of a run's key: how far it goes (max_steps or epochs: a finished run may be extended where its
 #: schedule allows, diffgrpo.train.config.check_extension), the seeds (each run has its own), where and how often its
-#: metrics are logged; every other key decides the result
-NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to", "logging_steps")
+#: metrics are logged, whether a budget's run is a checkpoint of a longer one (the same steps either way:
+#: tests/test_budgets_as_checkpoints.py); every other key decides the result
+NOT_IN_RUN_KEY = ("max_steps", "epochs", "seeds", "trl", "report_to", "logging_steps", "budgets_as_checkpoints")
 #: train.* options that enter a run's key only when they change training: switched off they
 #: train exactly as before they existed, so the runs cached before them stay valid
 _OFF = {"dynamic_sampling": lambda v: not v["enabled"], "length_reward": lambda v: v["weight"] == 0,

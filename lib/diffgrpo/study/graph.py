@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 from diffgrpo import params, select
+from diffgrpo.params import budgets
 from diffgrpo.store import artifacts, layout
 from diffgrpo.study import plan
 from diffgrpo.study.executors import NotebookJob
@@ -25,7 +26,9 @@ from diffgrpo.study.notebooks import STAGES
 def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) -> list[NotebookJob]:
     """The study's notebook executions, each after the ones it reads from (only among
     ``stages``: a stage left out is taken as done). One ``03_train`` and one ``04_evaluate`` per
-    (arm, seed), with ``workers: 1`` (the executor runs ``workers`` notebooks at once); the base
+    (arm, seed) (no ``03_train`` for a smaller budget that is a checkpoint of a larger one's run,
+    :func:`diffgrpo.params.budgets.checkpoint_of`: that run's job writes it, and its evaluation
+    waits for that job), with ``workers: 1`` (the executor runs ``workers`` notebooks at once); the base
     model's evaluation needs nothing before it, so it runs beside the probe."""
     out: list[NotebookJob] = []
 
@@ -42,11 +45,14 @@ def jobs(cfg: params.Config, nb_params: dict, stages: Sequence[str] = STAGES) ->
     add("01_probe", None, [])
     add("02_select", None, ["01_probe"])
     add("04_evaluate", layout.BASE_RUN, [], arm=layout.BASE_RUN)
+    of = budgets.checkpoint_of(cfg)  # a smaller budget's run: a checkpoint of its trajectory's largest
     for arm, seed in layout.planned_runs(cfg):
         rid = layout.run_id(arm, seed)
-        add("03_train", rid, ["02_select"], functools.cache(functools.partial(training_cost, cfg, arm, seed)),
-            gpus=cfg.for_arm(arm).train.num_processes, arm=arm, seed=seed)
-        add("04_evaluate", rid, [f"03_train {rid}", f"04_evaluate {layout.BASE_RUN}"], arm=arm, seed=seed)
+        if arm not in of:
+            add("03_train", rid, ["02_select"], functools.cache(functools.partial(training_cost, cfg, arm, seed)),
+                gpus=cfg.for_arm(arm).train.num_processes, arm=arm, seed=seed)
+        trained = f"03_train {layout.run_id(of.get(arm, arm), seed)}"
+        add("04_evaluate", rid, [trained, f"04_evaluate {layout.BASE_RUN}"], arm=arm, seed=seed)
     add("05_analyze", None, [j.name for j in out])
     return out
 

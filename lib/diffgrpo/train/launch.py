@@ -26,9 +26,10 @@ from pathlib import Path
 
 from diffgrpo import errors, params, select
 from diffgrpo.models import devices
-from diffgrpo.params import Config
+from diffgrpo.params import Config, budgets
 from diffgrpo.store import artifacts, layout
 from diffgrpo.train import levels as eprli
+from diffgrpo.train import derived
 from diffgrpo.train import run as training
 
 IN_PROCESS, LEVELS_APART, ACCELERATE = "in_process", "levels_apart", "accelerate"
@@ -113,8 +114,27 @@ def train_run(cfg: Config, arm: str, seed: int, *, progress: bool = True, force:
     """Train one (arm, seed) run (``arm``: the arm's name); resume it if interrupted, skip it
     if finished. Returns its folder. One writer at a time: a second process training the same
     run is refused. The arm's own training settings apply (:meth:`Config.for_arm`); how it is
-    launched: :func:`resolve` (``apart``: there)."""
-    return launch(resolve(cfg, arm, seed, apart=apart), progress=progress, force=force)
+    launched: :func:`resolve` (``apart``: there).
+
+    Budgets as checkpoints (``train.budgets_as_checkpoints``,
+    :func:`diffgrpo.params.budgets.checkpoint_of`): the run of the trajectory's largest budget
+    trains (or is found finished), and the run of every smaller budget of it is written from its
+    checkpoints (:func:`diffgrpo.train.derived.derive`), ``arm``'s among them; ``force`` starts
+    ``arm``'s own run over (a smaller budget's: it is derived again)."""
+    of = budgets.checkpoint_of(cfg)
+    head = of.get(arm, arm)
+    folder = launch(resolve(cfg, head, seed, apart=apart), progress=progress, force=force and head == arm)
+    for child in [a for a, p in of.items() if p == head]:
+        spec = resolve(cfg, child, seed)
+        if force and child == arm and spec.folder.exists():
+            with artifacts.exclusive(spec.folder):
+                shutil.rmtree(spec.folder)
+        try:
+            derived.derive(spec, resolve(cfg, head, seed))
+        except derived.NotDerivable as why:
+            print(f"{why}: training {layout.run_id(child, seed)} on its own", flush=True)
+            launch(spec, progress=progress)
+    return folder if head == arm else resolve(cfg, arm, seed).folder
 
 
 def train_runs(cfg: Config, progress: bool = True, arm: str | None = None, seed: int | None = None) -> dict[str, Path]:

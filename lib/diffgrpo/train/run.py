@@ -50,7 +50,7 @@ from diffgrpo.train import ledger
 from diffgrpo.train import levels as eprli
 from diffgrpo.models.generation import check_fit, context_length, encode_prompt
 from diffgrpo.models.loading import quiet_renamed_arguments
-from diffgrpo.params import Config
+from diffgrpo.params import Config, budgets
 from diffgrpo.train.config import check_extension, grpo_kwargs, lora_config
 from diffgrpo.train import online
 from diffgrpo.train.records import Progress, Recorder, Tidy
@@ -199,15 +199,7 @@ def prepare(spec: RunSpec, *, progress: bool, force: bool) -> Run | None:
     :meth:`RunFolder.previous`); its params written."""
     cfg, arm, seed, run_dir = spec.arm_cfg, spec.arm, spec.seed, spec.folder
     folder = RunFolder(run_dir)
-    rows = _selection_rows(cfg, arm, spec.selection)
-    arm_cfg = cfg.arm(arm)
-    max_steps = cfg.run_steps(arm, len(rows))  # train.max_steps, or train.epochs passes over these rows
-    levels = eprli.run_levels(cfg, arm, len(rows))
-    reward_key = run_reward_key(arm_cfg, rows, seed)
-    # the levels' settings are in the key of every arm that selects by level, a one-level one
-    # (eprli_grpo) too: the key's shape since paper 002, kept so that no run's key changes
-    key = layout.run_key(cfg, list(rows["id"]), reward_key,
-                         [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
+    rows, max_steps, levels, key = identity(spec)
     ledger.check_probe(cfg, arm, spec.selection)
     if force and run_dir.exists():
         shutil.rmtree(run_dir)
@@ -228,8 +220,37 @@ def prepare(spec: RunSpec, *, progress: bool, force: bool) -> Run | None:
     os.environ.update(trackers.environment(cfg))
     n_processes, is_main = devices.num_processes(), devices.is_main_process()
     check_levels_fit(levels, cfg, n_processes)
-    task = splits.task_of(cfg)
-    fields = {
+    fields = manifest_fields(spec, key, rows, max_steps, splits.task_of(cfg), n_processes)
+    if is_main:
+        folder.write_params(cfg)
+    earlier = ((manifest or {}).get("ledger") or {}).get("train", {})
+    return Run(spec, cfg, folder, rows, levels, max_steps, fields, splits.task_of(cfg), progress, n_processes, is_main,
+               resumed_from=(manifest or {}).get("resumed_from", []),
+               earlier_seconds={k: earlier.get(f"{k}_seconds") or 0.0 for k in ("cpu", "gpu", "wall")})
+
+
+def identity(spec: RunSpec) -> tuple[pd.DataFrame, int, list[eprli.Level], dict]:
+    """What decides the run ``spec`` says: its selection's rows, its steps (train.max_steps, or
+    train.epochs passes over these rows), its levels' settings and its key (:func:`layout.run_key`)."""
+    cfg, arm = spec.arm_cfg, spec.arm
+    rows = _selection_rows(cfg, arm, spec.selection)
+    arm_cfg = cfg.arm(arm)
+    max_steps = cfg.run_steps(arm, len(rows))
+    levels = eprli.run_levels(cfg, arm, len(rows))
+    reward_key = run_reward_key(arm_cfg, rows, spec.seed)
+    # the levels' settings are in the key of every arm that selects by level, a one-level one
+    # (eprli_grpo) too: the key's shape since paper 002, kept so that no run's key changes
+    key = layout.run_key(cfg, list(rows["id"]), reward_key,
+                         [lv.key() for lv in levels] if arm_cfg.select == "levels" else None)
+    return rows, max_steps, levels, key
+
+
+def manifest_fields(spec: RunSpec, key: dict, rows: pd.DataFrame, max_steps: int, task, n_processes: int) -> dict:
+    """The manifest's description of the run (its key, model, task, selection, reward, ...)."""
+    cfg, arm, seed = spec.arm_cfg, spec.arm, spec.seed
+    arm_cfg = cfg.arm(arm)
+    reward_key = key.get("reward")
+    return {
         "key": key,
         "model": {"name": cfg.model.name, "path": cfg.model.path, "gguf_file": cfg.model.gguf_file},
         "task": task.describe(),
@@ -244,12 +265,6 @@ def prepare(spec: RunSpec, *, progress: bool, force: bool) -> Run | None:
         "num_processes": n_processes,
         "versions": _versions(),
     }
-    if is_main:
-        folder.write_params(cfg)
-    earlier = ((manifest or {}).get("ledger") or {}).get("train", {})
-    return Run(spec, cfg, folder, rows, levels, max_steps, fields, task, progress, n_processes, is_main,
-               resumed_from=(manifest or {}).get("resumed_from", []),
-               earlier_seconds={k: earlier.get(f"{k}_seconds") or 0.0 for k in ("cpu", "gpu", "wall")})
 
 
 def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
@@ -273,7 +288,9 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
         run.task, lv.group_size, steps, groups, run.cfg.arm(run.arm).reward_weights,
         (lv.length_weight, lv.max_completion_length, run.cfg.train.length_reward.cache),
         step_offset=run.offset, level=lv.name, seed=run.seed, rows=run.rows)
-    budget = Budget(recorder, lv.max_completions, before)
+    marks = () if not one or lv.max_completions is None else tuple(
+        m for m in budgets.checkpoint_marks(run.spec.cfg, run.arm) if m < lv.max_completions)
+    budget = Budget(recorder, lv.max_completions, before, marks)
     trainer, tidy = _trainer(run, i, lv, ckpt_dir, recorder, budget)
     if resume_from:
         run.resumed_from = run.resumed_from + [run.offset + resumed_step]

@@ -422,19 +422,36 @@ class Budget(TrainerCallback):
     level's budget, counted from ``before`` (the completions of earlier levels). With several
     processes the count is every process's (summed, so all stop at the same step): the main
     process holds the groups of earlier sessions, each process those it scored in this one.
-    Every process must call :meth:`spent` at the same points (it is a collective)."""
+    Every process must call :meth:`spent` at the same points (it is a collective).
 
-    def __init__(self, recorder: Recorder, budget: int | None, before: int):
+    ``marks``: smaller budgets whose runs are checkpoints of this one
+    (:func:`diffgrpo.params.budgets.checkpoint_of`): the first step whose completions reach each
+    is saved too, the step a run of that budget would stop at. Saving changes no step after it."""
+
+    def __init__(self, recorder: Recorder, budget: int | None, before: int, marks: tuple[int, ...] = ()):
         self.recorder, self.budget, self.before = recorder, budget, before
+        self.marks = sorted(marks)
+        self.passed: set[int] | None = None  # the marks reached before this session's first step end
+
+    def generated(self) -> int:
+        return devices.sum_over_processes([self.recorder.completions_generated() - self.before])[0]
 
     def spent(self) -> bool:
         if self.budget is None:
             return False
-        return devices.sum_over_processes([self.recorder.completions_generated() - self.before])[0] >= self.budget
+        return self.generated() >= self.budget
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.marks:  # a resumed run saved the marks it reached before it stopped
+            n = self.generated()
+            self.passed = {m for m in self.marks if n >= m}
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.spent():
+        n = self.generated() if self.marks or self.budget is not None else 0
+        if self.budget is not None and n >= self.budget:
             control.should_training_stop = True
             control.should_save = True
-
-
+        for m in self.marks:
+            if m not in (self.passed or set()) and n >= m:
+                self.passed = (self.passed or set()) | {m}
+                control.should_save = True
