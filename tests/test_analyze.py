@@ -585,6 +585,32 @@ def test_report_without_a_paper(study):
     assert not (layout.report_dir(study) / "table1_gain.csv").exists()  # a paper's tables come with its report
 
 
+def test_greedy_accuracy_is_reported_beside_a_sampled_metric(study):
+    summary = analyze.report(study.replace(**{"analyze.reports": [], "analyze.metric": "pass@1"}))
+    beside = summary["greedy_beside"]
+    assert beside["metric"] == "pass@1"
+    # gains: greedy easy 2, 3 and hard 12, 13; pass@1 half of that
+    assert beside["arms"]["hard"] == {"gain_pp": 6.25, "greedy_gain_pp": 12.5}
+    (row,) = beside["contrasts"]  # no declared question: every contrast
+    assert {row["a"], row["b"]} == {"easy", "hard"}
+    assert abs(row["diff_pp"]) == pytest.approx(5.0) and abs(row["greedy_diff_pp"]) == pytest.approx(10.0)
+    assert row["greedy_decision"] and row["greedy_detectable_pp"] > 0
+    assert "greedy answers by the same test" in (layout.report_dir(study) / "greedy_beside.md").read_text()
+    # greedy is the metric: nothing to put beside it
+    assert "greedy_beside" not in analyze.report(study.replace(**{"analyze.reports": []}))
+    assert not (layout.report_dir(study) / "greedy_beside.md").exists()
+
+
+def test_a_question_declared_after_the_runs_reads_as_exploratory_and_names_its_confirmation(study):
+    cfg = study.replace(**{"analyze.reports": [], "analyze.primary": ["hard - easy"],
+                           "analyze.confirmation": "paper003_confirmatory.yaml"})
+    verdict = analyze.report(cfg)["verdict"]
+    assert verdict.endswith("Read every contrast of this study as exploratory, its declared question and its control "
+                            "arm's included: the question was declared after its runs were seen. The study that asks "
+                            "it on fresh seeds is paper003_confirmatory.yaml (analyze.confirmation).")
+    assert "asks it on fresh seeds" not in analyze.report(study.replace(**{"analyze.reports": []}))["verdict"]
+
+
 def test_the_001_and_000_reports_say_why_a_number_is_missing(study):
     """The synthetic study has easy and hard arms only: no base-wrong / base-right pair, no
     lower-tier or all arm, no further evaluation set. Each section says so instead of a number."""

@@ -152,6 +152,12 @@ def test_a_report_is_committed_and_rerendered_from_its_inputs_alone(tiny, tmp_pa
     assert not [k for k in kept if any(part in k for part in ("checkpoints", "tensorboard", "work/", "notebooks"))]
     assert {k.split("/")[0] for k in kept} == {"probe", "select", "runs", "eval", "eval-ood_swaps", "report"}
     assert "eval/hard-seed0/samples.parquet" in kept and "eval-ood_swaps/hard-seed0/samples.parquet" not in kept
+    # an evaluation's samples without the completions' text, its manifest vouching for the file exported
+    exported = pd.read_parquet(folder / "inputs/eval/hard-seed0/samples.parquet")
+    assert "completion" not in exported and "completion" in pd.read_parquet(tiny / "eval/hard-seed0/samples.parquet")
+    assert len(exported) == len(pd.read_parquet(tiny / "eval/hard-seed0/samples.parquet"))
+    record = json.loads((folder / "inputs/eval/hard-seed0/manifest.json").read_text())
+    assert record["exported_without"] == {"samples.parquet": ["completion"]}
 
     # the committed report is the study's own report, and today's rendering of its inputs
     assert inputs.differences(tiny / "report", folder) == []

@@ -161,6 +161,21 @@ def test_new_arms_without_a_question_of_their_own_declare_none():
     assert both.analyze.primary == ["easy - hard"]
 
 
+def test_the_study_that_confirms_a_question_is_named_checked_and_not_inherited():
+    """``analyze.confirmation``: a study whose question was declared after its runs names the study
+    that asks it on fresh seeds; a file naming a new study (paper003_confirmatory includes
+    embedded.yaml) does not inherit it; a name that is no params file, or no question, is refused."""
+    assert params.load("embedded").analyze.confirmation == "paper003_confirmatory.yaml"
+    assert params.load("paper003_confirmatory").analyze.confirmation is None
+    assert params.load("online_vs_offline_resolved").analyze.confirmation is None
+    with pytest.raises(params.ParamsError, match="analyze.confirmation.*not a params file"):
+        params.load("embedded", overrides={"analyze.confirmation": "no_such_study.yaml"})
+    with pytest.raises(params.ParamsError, match="analyze.confirmation.*analyze.primary is empty"):
+        params.load("embedded", overrides={"analyze.primary": []})
+    with pytest.raises(params.ParamsError, match="this study itself"):
+        params.load("embedded", overrides={"analyze.confirmation": "embedded.yaml"})
+
+
 def test_the_size_is_found_where_the_scores_vary_as_they_would_at_that_size():
     """0/1 scores: a true difference of d points is more prompts one arm wins, so one run's
     per-prompt difference varies by (d - e)(100 - d - e) points^2 more than at the observed e. The

@@ -5,7 +5,8 @@
     make results STUDY=embedded      # both, from outputs/<study>: a rerun's report committed in one command
 
 ``docs/results/<study>/inputs/`` is a study folder (the layout of :mod:`diffgrpo.store.layout`)
-that holds only what :func:`diffgrpo.analysis.report.report` reads, copied byte for byte (each
+that holds only what :func:`diffgrpo.analysis.report.report` reads, copied byte for byte (bar the
+completions' text of an evaluation's samples, below; each
 with the ``manifest.json`` whose digests the reader checks), so the report code reads it as it
 reads ``outputs/<study>/``:
 
@@ -18,7 +19,8 @@ reads ``outputs/<study>/``:
 - ``runs/<run_id>/``: each planned run's ``manifest.json`` (an incomplete run's alone: the report
   names it skipped), a complete run's ``groups.parquet`` and ``steps.parquet``;
 - ``eval/<run_id>/`` (the base model and each complete run): ``samples.parquet`` (the per-prompt
-  scores every interval resamples), ``summary.parquet``, ``tiers.parquet``; ``eval-<set>/<run_id>/``:
+  scores every interval resamples; without the completions' text, :data:`DROPPED`, its manifest's
+  digest the exported file's), ``summary.parquet``, ``tiers.parquet``; ``eval-<set>/<run_id>/``:
   ``summary.parquet``.
 
 Left out: checkpoints, TensorBoard files, chunk folders (``work/``), executed notebooks, Slurm
@@ -162,6 +164,19 @@ def needed(cfg: Config, study_dir: Path) -> tuple[list[Path], list[Path]]:
     return required, optional
 
 
+#: columns of an evaluation's ``samples.parquet`` that no report reads, left out of an export: the
+#: completions' text (the intervals resample the scores beside it). It is 87% of the file at 1,000
+#: prompts x (greedy + 4 samples); the exported manifest's digest is the exported file's, and it
+#: records what was left out (``exported_without``)
+DROPPED = ("completion",)
+
+
+def _slim(rel: Path) -> bool:
+    """An evaluation's samples (``eval/<run>/samples.parquet``), exported without :data:`DROPPED`."""
+    rel = Path(rel)
+    return rel.name == layout.SAMPLES and rel.parts[0].startswith("eval")
+
+
 def export(study_dir: Path, dest: Path) -> dict[str, int]:
     """Copy what the report of ``study_dir`` reads (:func:`needed`) into ``dest``, in the study
     folder's layout, replacing an earlier export there; return each file's size in bytes.
@@ -188,10 +203,22 @@ def _export(study_dir: Path, dest: Path) -> dict[str, int]:
     _check_apart(study_dir, dest)
     written = required + [p for p in optional if (study_dir / p).is_file()]
     _clear(dest, EXPORTED, _all_files(dest), [str(p) for p in written])
-    sizes = {}
+    sizes, slimmed = {}, []
     for rel in written:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(study_dir / rel, dest / rel)
+        if _slim(rel):
+            df = artifacts.read_parquet(study_dir / rel, "04_evaluate")
+            artifacts.write_parquet(dest / rel, df.drop(columns=[c for c in DROPPED if c in df]))
+            slimmed.append(Path(rel))
+        else:
+            shutil.copyfile(study_dir / rel, dest / rel)
+    for rel in slimmed:  # the evaluation's manifest vouches for the file the export wrote
+        manifest = dest / rel.parent / layout.MANIFEST
+        record = artifacts.read_json(manifest, "04_evaluate")
+        record["sha256"] = {**record.get("sha256", {}), **artifacts.digests(dest / rel.parent, [rel.name])}
+        record["exported_without"] = {rel.name: [c for c in DROPPED]}
+        artifacts.write_json(manifest, record)
+    for rel in written:
         sizes[str(rel)] = (dest / rel).stat().st_size
     _record(dest, EXPORTED, sizes)
     return dict(sorted(sizes.items()))

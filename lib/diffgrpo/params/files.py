@@ -278,8 +278,14 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
     if not prefix and "arms" in layer and "primary" not in (layer.get("analyze") or {}) \
             and (out.get("analyze") or {}).get("primary"):
         # the declared question names arms: a layer that sets new arms declares its own, or none
-        out["analyze"] = {**out["analyze"], "primary": []}
+        out["analyze"] = {**out["analyze"], "primary": [],
+                          **({"confirmation": None} if "confirmation" in out["analyze"] else {})}
         origin["analyze.primary"] = where
+    if not prefix and "study" in layer and "confirmation" not in (layer.get("analyze") or {}) \
+            and (out.get("analyze") or {}).get("confirmation"):
+        # the study that confirms a question is the declaring study's: a layer that names a new study has its own
+        out["analyze"] = {**out["analyze"], "confirmation": None}
+        origin["analyze.confirmation"] = where
     for key, value in layer.items():
         if key == "include" and not prefix:
             continue

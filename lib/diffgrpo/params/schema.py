@@ -256,6 +256,9 @@ class AnalyzeConfig(_Section):
     match_margin: Annotated[float, Field(gt=0)]
     primary: list[str]
     across_budgets: bool
+    confirmation: str | None = Field(
+        default=None, description="the params file of the study that asks this one's question on fresh seeds "
+                                  "(a question declared after its runs were seen); the verdict names it")
     sequential: SequentialConfig
 
 
@@ -413,7 +416,8 @@ class Config(_Section):
             return self
         # the declared question names other arms: it is the study's, not this arm's runs'
         return self.replace(train=dict(arm.train), arms=[{**arm.model_dump(), "train": {}}], **{
-            "analyze.primary": [], "analyze.sequential": {"block": None, "max_seeds": None, "margin": None}})
+            "analyze.primary": [], "analyze.confirmation": None,
+            "analyze.sequential": {"block": None, "max_seeds": None, "margin": None}})
 
     def run_steps(self, arm: str | None, n_selected: int | None) -> int:
         """The update steps of one run of ``arm`` (None: of this config's own ``train``, one
@@ -750,6 +754,16 @@ def _check_consistent(cfg: Config, where) -> None:
         except ParamsError as err:
             fail("analyze.compare", f"names {entry!r}, which is not a params file: {err}")
     _check_primary(cfg, fail)
+    if cfg.analyze.confirmation is not None:
+        try:
+            other = resolve(cfg.analyze.confirmation)
+        except ParamsError as err:
+            fail("analyze.confirmation", f"names {cfg.analyze.confirmation!r}, which is not a params file: {err}")
+        if not cfg.analyze.primary:
+            fail("analyze.confirmation", "names the study that confirms this one's declared question, and "
+                                         "analyze.primary is empty: declare it, or drop analyze.confirmation")
+        if other.stem == cfg.study:
+            fail("analyze.confirmation", f"names {cfg.analyze.confirmation!r}, this study itself")
 
 
 def primary_pairs(cfg: Config) -> list[tuple[str, str]]:

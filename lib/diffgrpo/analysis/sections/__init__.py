@@ -5,7 +5,8 @@
 ``compute`` (the ledger: gain against total rollouts), ``budgets`` (arms at equal total
 rollouts, online against offline), ``probe_budget`` (a cheaper probe: K sweep, adaptive
 probing), ``staleness`` (each trained prompt's success by window of steps against its probe
-p_hat), ``test_difficulty``, ``paper_tables``. A section has the contract of a paper's report
+p_hat), ``sequential`` (seeds in blocks: the declared question at each look), ``greedy_beside``
+(greedy accuracy's contrasts beside a sampled metric's), ``test_difficulty``, ``paper_tables``. A section has the contract of a paper's report
 (:mod:`diffgrpo.analysis.papers`):
 
 - ``TABLES``: the names of the markdown tables it writes into the report folder (``<name>.md``,
@@ -60,7 +61,8 @@ from diffgrpo.registry import Registry
 #: (its summary.json key where it writes one), the module says what it holds
 BUILT_IN = {name: f"{__name__}.{name}" for name in (
     "runs", "verdict", "regression", "arms", "contrasts", "curves", "checkpoint_contrasts", "learnability", "tiers",
-    "plateau", "selections", "confounds", "compute", "budgets", "probe_budget", "staleness", "sequential")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
+    "plateau", "selections", "confounds", "compute", "budgets", "probe_budget", "staleness", "sequential",
+    "greedy_beside")} | {"test_difficulty": f"{__name__}.gains_by_test_difficulty", "paper_tables": f"{__name__}.paper_tables"}
 
 #: every section: the built-in ones, then those a plugin or a notebook registered, in that order
 SECTIONS: Registry[Any] = Registry("report section", ValueError, BUILT_IN,

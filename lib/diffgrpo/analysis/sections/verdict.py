@@ -1,5 +1,6 @@
 """The verdict: in one paragraph, whether GRPO beat the base model, and the best arm only when
-Holm's decisions put it ahead of every other arm (:func:`diffgrpo.analysis.uncertainty.verdict_with_intervals`).
+Holm's decisions put it ahead of every other arm (:func:`diffgrpo.analysis.uncertainty.verdict_with_intervals`);
+with ``analyze.confirmation``, that every contrast is exploratory and which study confirms the question.
 
 Writes no file. Its part of ``summary.json``: ``{"best": arm or null, "verdict": the paragraph}``.
 """
@@ -15,4 +16,8 @@ FIGURES = ()
 def write(study) -> dict:
     line, best = verdict_with_intervals(study.arms, study.pairs, study.metric, study.runs["base_acc"].iloc[0],
                                         len(study.scores.prompts), study.control)
+    if study.cfg.analyze.confirmation:
+        line += (" Read every contrast of this study as exploratory, its declared question and its control arm's "
+                 "included: the question was declared after its runs were seen. The study that asks it on fresh "
+                 f"seeds is {study.cfg.analyze.confirmation} (analyze.confirmation).")
     return {"best": best, "verdict": line}
