@@ -99,6 +99,9 @@ def test_a_finished_study_takes_more_seeds_and_trains_only_the_new_runs(tmp_path
     second = json.loads((root / "report" / layout.REPORT_SUMMARY).read_text())["sequential"]
     assert second["n_seeds"] == 2 and second["rows"][0]["decision"] in ("differs", "equivalent", "not resolved")
     assert "Look 2 of 2" in (root / "report" / "sequential.md").read_text()
+    # the verdict reads the question by the rule, which counts the looks, not by the fixed-sample test alone
+    verdict = json.loads((root / "report" / layout.REPORT_SUMMARY).read_text())["verdict"]
+    assert "decision by its group-sequential rule" in verdict and "Look 2 of 2" in verdict
     # the next block is planned from the study's own runs (two seeds now: components to take)
     from diffgrpo.analysis import power
 
