@@ -198,3 +198,15 @@ def test_export_refuses_a_study_whose_report_did_not_record_its_params(tmp_path)
     (tmp_path / "study" / "report").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="report/params.yaml: no record of the params"):
         inputs.export(tmp_path / "study", tmp_path / "inputs")
+
+
+def test_the_probe_map_is_todays_drawing_of_the_committed_reports(tmp_path):
+    """docs/online_selection_map.png (issue 46's one figure of the map) is drawn from the two
+    committed reports of the resolved study: drawn again, it is the same bytes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_probe_map", ROOT / "scripts" / "plot_probe_map.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    again = script.draw(tmp_path / "map.png")
+    assert again.read_bytes() == script.OUT.read_bytes(), "run `.venv/bin/python scripts/plot_probe_map.py` and commit"

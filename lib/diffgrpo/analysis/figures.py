@@ -229,3 +229,41 @@ def plot_confounds(steps: pd.DataFrame) -> Figure:
         ax.legend(fontsize="x-small")
     axes[0].set_title("Length and truncation over training (rolling mean of 5 steps)")
     return fig
+
+
+def plot_sequential_map(studies: dict[str, dict]) -> Figure:
+    """The map of a declared question asked in several studies (issue 46: when the probe pays, in
+    a mixed and a skewed regime): one panel per study, each primary contrast's difference at the
+    group-sequential rule's last look with its interval (at 1 - 2 x the look's level), against the
+    arms' total-rollout budget, one marker per comparison, coloured by the rule's decision, the
+    equivalence margin shaded. ``studies``: title -> the study's ``summary.json``."""
+    colours = {"differs": "#c0392b", "equivalent": "#2471a3", "not resolved": "#7f8c8d", "another block": "#b7950b"}
+    fig = Figure(figsize=(4.2 * len(studies), 3.6))
+    axes = fig.subplots(1, len(studies), sharey=True, squeeze=False)[0]
+    for ax, (title, summary) in zip(axes, studies.items()):
+        seq = summary["sequential"]
+        margin = seq.get("margin")
+        if margin:
+            ax.axhspan(-margin, margin, color="#d6eaf8", zorder=0, label=f"+-{margin:g} (equivalence)")
+        ax.axhline(0, color="black", lw=0.8)
+        versus = sorted({r["b"].split(".")[0] for r in seq["rows"]})
+        for k, other in enumerate(versus):
+            for r in (r for r in seq["rows"] if r["b"].split(".")[0] == other):
+                budget = int(r["a"].rsplit(".b", 1)[1]) if ".b" in r["a"] else 0
+                x = budget + (k - (len(versus) - 1) / 2) * 60
+                lo, hi = r["interval"]
+                ax.errorbar(x, r["diff_pp"], yerr=[[r["diff_pp"] - lo], [hi - r["diff_pp"]]], fmt="os"[k % 2],
+                            color=colours.get(r["decision"], "black"), capsize=3, ms=6)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("total rollouts (the probe charged)")
+        budgets = sorted({int(r["a"].rsplit(".b", 1)[1]) for r in seq["rows"] if ".b" in r["a"]})
+        ax.set_xticks(budgets)
+        ax.grid(alpha=0.3)
+    rows = studies[next(iter(studies))]["sequential"]["rows"]
+    axes[0].set_ylabel(f"{rows[0]['a'].split('.')[0]} minus the other arm (points)")
+    handles = [Line2D([], [], color=c, marker="o", ls="", label=d) for d, c in colours.items() if d != "another block"]
+    versus = sorted({r["b"].split(".")[0] for r in rows})
+    handles += [Line2D([], [], color="black", marker="os"[k % 2], ls="", label=f"minus {v}") for k, v in enumerate(versus)]
+    axes[-1].legend(handles=handles, fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
