@@ -33,6 +33,7 @@ NAMED: dict[str, tuple[str, ...]] = {
     "diffgrpo.models.resumable_sampling": ("HelpersFailed",),
     "diffgrpo.train.config": ("ScheduleChanged",),
     "diffgrpo.train.ledger": ("LedgerError",),
+    "diffgrpo.train.derived": ("NotDerivable",),  # caught by train_run (the budget trains alone); named if it escapes
     "diffgrpo.store.artifacts": ("OutputsError", "FolderBusy", "ArtifactError"),
     "diffgrpo.store.layout": ("NotRunYet",),
     "diffgrpo.store.trackers": ("TrackerError",),

@@ -496,7 +496,14 @@ def load(*files: str | Path, overrides: dict[str, Any] | None = None, defaults: 
     overrides = overrides_mapping(overrides)
     if overrides:
         merged = merge(merged, expand(overrides, "overrides"), origin, "overrides", Config)
-    return build(merged, origin)
+    cfg = build(merged, origin)
+    if defaults and cfg.analyze.confirmation is not None:  # a study's file (a report's params are read
+        try:                                             # elsewhere too, where that file need not be)
+            resolve(cfg.analyze.confirmation)
+        except ParamsError as err:
+            raise ParamsError(f"{origin.get('analyze.confirmation', 'params')}: `analyze.confirmation` names "
+                              f"{cfg.analyze.confirmation!r}, which is not a params file: {err}") from None
+    return cfg
 
 
 def build(data: dict[str, Any], origin: dict[str, str] | None = None) -> Config:
@@ -755,14 +762,10 @@ def _check_consistent(cfg: Config, where) -> None:
             fail("analyze.compare", f"names {entry!r}, which is not a params file: {err}")
     _check_primary(cfg, fail)
     if cfg.analyze.confirmation is not None:
-        try:
-            other = resolve(cfg.analyze.confirmation)
-        except ParamsError as err:
-            fail("analyze.confirmation", f"names {cfg.analyze.confirmation!r}, which is not a params file: {err}")
         if not cfg.analyze.primary:
             fail("analyze.confirmation", "names the study that confirms this one's declared question, and "
                                          "analyze.primary is empty: declare it, or drop analyze.confirmation")
-        if other.stem == cfg.study:
+        if Path(cfg.analyze.confirmation).stem == cfg.study:
             fail("analyze.confirmation", f"names {cfg.analyze.confirmation!r}, this study itself")
 
 
