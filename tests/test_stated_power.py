@@ -154,7 +154,10 @@ def the_contrast(study: str) -> dict:
     control = {a["name"] for a in raw["arms"] if a.get("role") == "control"}
     rows = pd.DataFrame(summary["contrasts"])
     gains = {a: v["gain_pp"] for a, v in summary["arms"].items() if a not in control}
-    leader, second = sorted(gains, key=lambda a: -gains[a])[:2]
+    leader = max(gains, key=lambda a: gains[a])
+    # the runner-up among the arms the leader is contrasted with (no family mixes budgets: the verdict's peers)
+    peers = {b if a == leader else a for a, b in zip(rows["a"], rows["b"]) if leader in (a, b)} & set(gains)
+    second = max(peers, key=lambda a: gains[a])
     i = int(rows.index[((rows["a"] == leader) & (rows["b"] == second)) | ((rows["a"] == second) & (rows["b"] == leader))][0])
     complete, _ = find_runs(root / "inputs")
     runs = pd.DataFrame([{"strategy": mf["strategy"], "seed": int(mf["seed"])} for mf in complete])
