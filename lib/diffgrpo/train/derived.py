@@ -98,6 +98,7 @@ def derive(spec, parent) -> Path:
         earlier = (pman.get("ledger") or {}).get("train", {})
         seconds = {k: (earlier.get(f"{k}_seconds") or 0.0) * share for k in ("cpu", "gpu", "wall")}
         fields = training.manifest_fields(spec, key, rows, max_steps, splits.task_of(cfg), pman.get("num_processes", 1))
+        record = ledger.ledger(cfg, spec.arm, mine.to_dict("records"), seconds)
         out.write_manifest({
             **fields, "resumed_from": [],
             "derived_from": {"run": layout.run_id(parent.arm, parent.seed), "key": layout.key_hash(pman["key"]),
@@ -107,9 +108,9 @@ def derive(spec, parent) -> Path:
             "mean_step_seconds": round(float(times.mean()), 3) if len(times) else None,
             "peak_memory": devices.max_memory(mine_steps.to_dict("records")),
             "train_loss": None,
-            "completions_generated": int(mine["rewards"].map(len).sum()),
+            "completions_generated": record["train"]["completions_generated"],
             "budget_spent": spent,
-            "ledger": ledger.ledger(cfg, spec.arm, mine.to_dict("records"), seconds),
+            "ledger": record,
         }, "complete", step)
         tmp.rename(spec.folder)
     return spec.folder
