@@ -234,3 +234,63 @@ def test_the_parent_death_signal_is_asked_for_in_one_place():
     package = ROOT / "lib" / "diffgrpo"
     calls = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if ".prctl(" in p.read_text())
     assert calls == ["processes.py"]
+
+
+def _kernel_that_dies(tmp_path: Path, deaths: int) -> tuple[str, Path]:
+    """A kernel spec (in a JUPYTER_PATH of its own) whose first ``deaths`` starts exit before they
+    answer, as a kernel whose port was taken does; later starts are python's own kernel. Each
+    start writes a line to the returned file."""
+    starts = tmp_path / "starts"
+    spec = tmp_path / "jupyter" / "kernels" / "dies_starting"
+    spec.mkdir(parents=True)
+    code = (f"import pathlib, runpy, sys; p = pathlib.Path({str(starts)!r}); "
+            f"n = len(p.read_text().splitlines()) if p.exists() else 0; "
+            f"p.write_text('start\\n' * (n + 1)); "
+            f"sys.exit(1) if n < {deaths} else None; "
+            f"sys.argv = ['ipykernel_launcher'] + sys.argv[1:]; runpy.run_module('ipykernel_launcher', run_name='__main__')")
+    (spec / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-c", code, "-f", "{connection_file}"], "display_name": "dies", "language": "python"}))
+    return "dies_starting", starts
+
+
+def _one_cell_notebook(tmp_path: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7\nprint(x)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "one_cell.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.e2e  # real kernels started (3-10 s)
+def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path, monkeypatch, capsys):
+    """A notebook's kernel that dies before answering kernel_info (another process took one of its
+    ports: jupyter_client#154) costs its job a start, not the job: no cell had run."""
+    from diffgrpo.study import notebooks
+
+    kernel, starts = _kernel_that_dies(tmp_path, deaths=1)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    out = tmp_path / "out.ipynb"
+    nb = _one_cell_notebook(tmp_path)
+    notebooks._execute("05_analyze", nb, out, out.with_suffix(".running.ipynb"), out.with_suffix(".failed.ipynb"),
+                       {}, kernel, progress=False)
+    assert len(starts.read_text().splitlines()) == 2  # died once, then answered
+    assert "42" in out.read_text() and not out.with_suffix(".running.ipynb").exists()
+    assert "its kernel died before it answered (start 1 of 3); starting it again" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_a_kernel_that_never_answers_fails_its_job_saying_what_to_run(tmp_path, monkeypatch):
+    from diffgrpo.study import notebooks
+
+    kernel, starts = _kernel_that_dies(tmp_path, deaths=notebooks.KERNEL_STARTS)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    out = tmp_path / "out.ipynb"
+    nb = _one_cell_notebook(tmp_path)
+    with pytest.raises(notebooks.StageFailed, match=r"05_analyze: its kernel \('dies_starting'\) died before it "
+                                                     r"answered, 3 starts in a row: .*jupyter console --kernel dies_starting"):
+        notebooks._execute("05_analyze", nb, out, out.with_suffix(".running.ipynb"), out.with_suffix(".failed.ipynb"),
+                           {}, kernel, progress=False)
+    assert len(starts.read_text().splitlines()) == notebooks.KERNEL_STARTS
+    assert not out.exists()

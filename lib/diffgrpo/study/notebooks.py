@@ -29,6 +29,15 @@ DIE_WITH_ENV = "DIFFGRPO_DIE_WITH_PID"
 #: how long a notebook's kernel may take to start and answer (papermill's default, 60 s, failed
 #: make test once with both cores busy: a kernel's start is waited on, not a clock's minute)
 KERNEL_START_S = 600
+#: how many times a notebook's kernel is started before its job fails: one that dies before it has
+#: answered is started again. jupyter_client picks a kernel's five ports by binding and closing
+#: them, and the kernel binds them a moment later; a kernel started meanwhile by another process can
+#: take one, and the first dies with ZMQError "Address already in use" (jupyter_client#154,
+#: papermill#511 reports 1 start in 20 failing so with many at once). CI's make test-params, four kernels
+#: starting together, lost a job to it once.
+KERNEL_STARTS = 3
+#: what jupyter_client raises when a kernel process ends before it answers kernel_info
+_DIED_STARTING = "Kernel died before replying to kernel_info"
 
 
 def parameters_of(stage: str) -> tuple[str, ...]:
@@ -117,8 +126,7 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
     was = os.environ.get(progress_bars.ENV)
     os.environ[progress_bars.ENV] = "record"
     try:
-        papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
-                                   progress_bar=progress, cwd=str(nb.parent), start_timeout=KERNEL_START_S)
+        _papermill(stage, nb, running, parameters, kernel, progress)
     except papermill.PapermillExecutionError as err:
         if running.exists():
             _paths_relative(running, nb, failed)
@@ -140,6 +148,30 @@ def _execute(stage: str, nb: Path, out_path: Path, running: Path, failed: Path, 
     _paths_relative(running, nb, out_path)
     running.replace(out_path)
     return out_path
+
+
+def _papermill(stage: str, nb: Path, running: Path, parameters: dict[str, Any], kernel: str | None,
+               progress: bool) -> None:
+    """papermill's execution of ``nb`` into ``running``, its kernel started again (up to
+    :data:`KERNEL_STARTS` times in all) when it dies before answering: no cell has run then."""
+    import papermill
+
+    for start in range(1, KERNEL_STARTS + 1):
+        try:
+            papermill.execute_notebook(str(nb), str(running), parameters=parameters, kernel_name=kernel,
+                                       progress_bar=progress, cwd=str(nb.parent), start_timeout=KERNEL_START_S)
+            return
+        except RuntimeError as err:
+            if _DIED_STARTING not in str(err):
+                raise
+            if start == KERNEL_STARTS:
+                raise StageFailed(
+                    f"{stage}: its kernel ({kernel!r}) died before it answered, {KERNEL_STARTS} starts in a "
+                    f"row: start it alone to read why (`jupyter console --kernel {kernel}`), or list the "
+                    "kernels this environment has (`jupyter kernelspec list`)") from None
+            print(f"{stage}: its kernel died before it answered (start {start} of {KERNEL_STARTS}); "
+                  "starting it again", file=sys.stderr, flush=True)
+            running.unlink(missing_ok=True)
 
 
 def _paths_relative(executed: Path, nb: Path, final: Path) -> None:
