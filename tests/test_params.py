@@ -34,6 +34,26 @@ def test_include_layers_underneath(tmp_path):
     assert (cfg.study, cfg.train.max_steps) == ("top", 3)
 
 
+def test_task_options_layer_key_by_key_while_the_task_stays(tmp_path):
+    """A layer that changes one of its task's options keeps the others (the three studies of issue 46
+    set `task_options: {test_size: 1000}` over embedded.yaml when a layer replaced them whole, and
+    ran on the generator's default 1-8 swaps instead of embedded's 1-5); another task, or `{}`,
+    starts afresh."""
+    (tmp_path / "one.yaml").write_text("include: embedded.yaml\ndataset:\n  task_options: {test_size: 1000}\n")
+    one = params.load(tmp_path / "one.yaml").dataset.task_options
+    assert one == {**params.load("embedded").dataset.task_options, "test_size": 1000}
+    assert one["swaps"] == [1, 5] and one["people"] == [3, 5]
+    over = params.load("embedded", overrides={"dataset.task_options.swaps": [1, 3]}).dataset.task_options
+    assert over["swaps"] == [1, 3] and over["test_size"] == 400
+    (tmp_path / "other.yaml").write_text("include: embedded.yaml\ndataset:\n  task: arithmetic\n")
+    assert params.load(tmp_path / "other.yaml").dataset.task_options == {}
+    (tmp_path / "afresh.yaml").write_text("include: embedded.yaml\ndataset:\n  task_options: {}\n")
+    assert params.load(tmp_path / "afresh.yaml").dataset.task_options == {}
+    (tmp_path / "same.yaml").write_text("include: embedded.yaml\ndataset:\n  task: shuffled_objects\n"
+                                        "  task_options: {seed: 1}\n")
+    assert params.load(tmp_path / "same.yaml").dataset.task_options["swaps"] == [1, 5]
+
+
 @pytest.mark.parametrize("text, key, message", [
     ("train:\n  max_step: 5\n", "train.max_step", "did you mean `train.max_steps`"),
     ("trian:\n  max_steps: 5\n", "trian", "unknown key"),

@@ -256,8 +256,13 @@ def expand(flat: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 #: free-form mappings whose keys layer one by one (a study file adds to gpu.yaml's TRL options);
-#: any other free-form mapping (a task's options) is replaced whole by the layer that sets it
+#: any other free-form mapping is replaced whole by the layer that sets it
 LAYERED_MAPPINGS = ("train.trl", "cluster.stages", "cluster.sbatch")
+#: a task's options layer key by key over the included file's while the task stays the one it
+#: names (``task_options: {test_size: 1000}`` changes that option alone: the others are not the
+#: generator's defaults then); a layer that names another task, or sets ``task_options: {}``,
+#: starts them afresh
+TASK_OPTIONS = ("dataset.", "task", "task_options")
 
 
 def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: type[BaseModel],
@@ -286,11 +291,17 @@ def merge(base: dict, layer: dict, origin: dict[str, str], where: str, schema: t
         # the study that confirms a question is the declaring study's: a layer that names a new study has its own
         out["analyze"] = {**out["analyze"], "confirmation": None}
         origin["analyze.confirmation"] = where
+    section, task, options = TASK_OPTIONS
+    same_task = prefix != section or layer.get(task, base.get(task)) == base.get(task)
+    if not same_task and options not in layer and options in out:  # another task: none of the old one's options
+        out[options] = {}
+        origin[prefix + options] = where
     for key, value in layer.items():
         if key == "include" and not prefix:
             continue
         dotted = f"{prefix}{key}"
-        layered = section_at(schema, dotted + ".") is not None or dotted in LAYERED_MAPPINGS
+        layered = section_at(schema, dotted + ".") is not None or dotted in LAYERED_MAPPINGS \
+            or (dotted == section + options and same_task and value != {})
         if layered and isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value, origin, where, schema, dotted + ".")
         else:

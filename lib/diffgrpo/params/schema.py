@@ -472,6 +472,8 @@ class Config(_Section):
         if s.size == "all":
             changes["dataset.test_size"] = None  # the whole split
         changes["evaluate.sets"] = []
+        if "dataset.task_options" in changes:  # a set's options are stated whole, not layered on the study's
+            return self.replace(**{"dataset.task_options": {}, "evaluate.sets": []}).replace(**changes)
         return self.replace(**changes)
 
 
