@@ -427,6 +427,28 @@ def test_timings_are_kept_per_notebook_when_the_study_fails(tmp_path, monkeypatc
     assert not any(k.startswith("03_train") for k in timings["notebooks"])
 
 
+
+def test_a_later_session_that_finds_the_work_done_keeps_what_the_work_cost(tmp_path, monkeypatch):
+    """A study's next block executes its earlier runs' notebooks again, which find them done in
+    seconds: timings.json keeps each notebook's longest execution and every session's wall."""
+    from diffgrpo.study.runner import _Timings
+
+    monkeypatch.setenv("DIFFGRPO_OUTPUTS", str(tmp_path))
+    cfg = params.load("smoke")
+    layout.study_dir(cfg).mkdir(parents=True)
+    first = _Timings(cfg)
+    first.add("03_train hard-seed0", 300.0, 290.0)
+    first.close(320.0)
+    second = _Timings(cfg)
+    second.add("03_train hard-seed0", 4.0, 3.5)  # found done
+    second.add("03_train hard-seed1", 280.0, 270.0)
+    second.close(300.0)
+    t = json.loads((layout.study_dir(cfg) / "timings.json").read_text())
+    assert t["notebooks"] == {"03_train hard-seed0": 300.0, "03_train hard-seed1": 280.0}
+    assert t["cpu_s"]["notebooks"]["03_train hard-seed0"] == 290.0 and t["stages"]["03_train"] == 580.0
+    assert (t["wall_s"], t["sessions_wall_s"]) == (300.0, [320.0, 300.0])
+
+
 # ---- 5. the checkout the command runs in, not the installed one -----------------------------
 def _clone(tmp_path: Path) -> Path:
     clone = tmp_path / "clone"

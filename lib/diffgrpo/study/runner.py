@@ -230,7 +230,12 @@ def run_studies(studies: Sequence[tuple[params.Config, dict]], todo: list[Notebo
 
 class _Timings:
     """One study's ``timings.json``: seconds (and CPU seconds, where the executor counts them)
-    per notebook, kept from earlier sessions and written as each notebook finishes."""
+    per notebook, kept from earlier sessions and written as each notebook finishes.
+
+    A notebook keeps its longest execution: a later session (a study's next block of seeds, a
+    resumed study) executes every notebook again, and those whose work is done end in seconds,
+    which would otherwise overwrite what the work cost. ``wall_s`` is the latest session's wall
+    time, ``sessions_wall_s`` every session's, in order."""
 
     def __init__(self, cfg: params.Config):
         self.file = layout.study_dir(cfg) / layout.TIMINGS
@@ -239,18 +244,20 @@ class _Timings:
         except artifacts.ArtifactError:
             old = {}  # a damaged record of seconds: start it again
         self.wall = old.get("wall_s")
+        self.sessions = list(old.get("sessions_wall_s", [] if self.wall is None else [self.wall]))
         self.per_job = dict(old.get("notebooks", {}))
         self.cpu = dict(old.get("cpu_s", {}).get("notebooks", {}))
 
     def add(self, name: str, seconds: float, cpu_seconds: float | None) -> None:
-        self.per_job[name] = seconds
-        if cpu_seconds is not None:
-            self.cpu[name] = cpu_seconds
-        _timings(self.file, self.per_job, self.wall, self.cpu)
+        if seconds >= self.per_job.get(name, 0.0):  # the longest execution (see the class)
+            self.per_job[name] = seconds
+            if cpu_seconds is not None:
+                self.cpu[name] = cpu_seconds
+        _timings(self.file, self.per_job, self.wall, self.cpu, self.sessions)
 
     def close(self, wall: float) -> dict[str, float]:
         """Write the record with the session's wall time; the study's seconds per stage."""
-        return _timings(self.file, self.per_job, wall, self.cpu)
+        return _timings(self.file, self.per_job, wall, self.cpu, self.sessions + [wall])
 
 
 def _by_stage(per_job: dict[str, float]) -> dict[str, float]:
@@ -258,11 +265,14 @@ def _by_stage(per_job: dict[str, float]) -> dict[str, float]:
             for stage in STAGES if any(k.split(" ")[0] == stage for k in per_job)}
 
 
-def _timings(timings_file, per_job: dict, wall: float | None, cpu: dict | None = None) -> dict:
+def _timings(timings_file, per_job: dict, wall: float | None, cpu: dict | None = None,
+             sessions: list[float] | None = None) -> dict:
     """Write seconds per notebook and per stage, and where the executor counts them, CPU seconds
     (user + system, the notebook's kernel included) the same way; return seconds per stage."""
     by_stage = _by_stage(per_job)
     record = {"wall_s": wall, "stages": by_stage, "notebooks": per_job}
+    if sessions:
+        record["sessions_wall_s"] = sessions
     if cpu:
         record["cpu_s"] = {"total": round(sum(cpu.values()), 1), "stages": _by_stage(cpu), "notebooks": cpu}
     artifacts.write_json(timings_file, record)
