@@ -986,6 +986,32 @@ def test_intervals_hold_their_error_rates_where_seeds_agree_and_where_they_do_no
         assert min(rates["gain_coverage"], rates["contrast_coverage"]) >= 0.95 - 2.5 * calibration.mc_se(0.95, 300), rates
 
 
+def test_avg_at_k_scores_of_the_calibration_model_have_the_measured_sample_disagreement():
+    """The grid's avg@k model (issue 46): two samples of one run disagree on SAMPLE_DISAGREE of the
+    prompts (as measured), a run's expected score is its accuracy, scores are multiples of 1/k, and
+    k = 1 is the greedy model draw for draw."""
+    q = calibration.sample_weight(calibration.SAMPLE_DISAGREE, calibration.ARM_ACC)
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(20000)
+    r = calibration.noise_weight(0.02, calibration.ARM_ACC)
+    two = calibration._runs(np.random.default_rng(1), z, np.full(1, calibration.ARM_ACC), r, q, 2)[:, 0]
+    assert abs((two == 0.5).mean() - calibration.SAMPLE_DISAGREE) < 0.015  # a score of 1/2: the two disagree
+    four = calibration._runs(np.random.default_rng(2), z, np.full(3, calibration.ARM_ACC), r, q, 4)
+    assert set(np.unique(four)) <= {0, 0.25, 0.5, 0.75, 1} and abs(four.mean() - calibration.ARM_ACC) < 0.01
+    greedy = calibration._runs(np.random.default_rng(3), z, np.full(3, 0.6), r)
+    assert np.array_equal(greedy, calibration._runs(np.random.default_rng(3), z, np.full(3, 0.6), r, 0.0, 1))
+
+
+@pytest.mark.stats
+def test_intervals_hold_their_error_rates_on_avg_at_4_scores():
+    """One avg@4 cell (3 seeds, seed sd 2 points, 2% flips, 1,000 prompts; 300 studies): false calls,
+    Holm's first step and coverage hold on scores averaged over 4 samples, as on 0/1 ones."""
+    rates = calibration.cell(3, 2.0, 0.02, 1000, n_sims=300, samples=4)
+    se = calibration.mc_se(0.05, 300)
+    assert max(rates[k] for k in ("false_call", "holm_3", "holm_6", "holm_55")) <= 0.05 + 2.5 * se, rates
+    assert min(rates["gain_coverage"], rates["contrast_coverage"]) >= 0.95 - 2.5 * calibration.mc_se(0.95, 300), rates
+
+
 @pytest.mark.stats
 def test_pooling_the_seed_part_at_least_doubles_the_power_where_seeds_add_nothing():
     """Issue 44's cell: 2 seeds, no seed variance, 5% flips, 300 prompts. Each contrast's own seed
