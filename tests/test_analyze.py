@@ -1004,9 +1004,9 @@ def test_avg_at_k_scores_of_the_calibration_model_have_the_measured_sample_disag
 
 @pytest.mark.stats
 def test_intervals_hold_their_error_rates_on_avg_at_4_scores():
-    """One avg@4 cell (3 seeds, seed sd 2 points, 2% flips, 1,000 prompts; 300 studies): false calls,
+    """One avg@4 cell (3 seeds, seed sd 2 points, 2% flips, 300 prompts; 300 studies): false calls,
     Holm's first step and coverage hold on scores averaged over 4 samples, as on 0/1 ones."""
-    rates = calibration.cell(3, 2.0, 0.02, 1000, n_sims=300, samples=4)
+    rates = calibration.cell(3, 2.0, 0.02, 300, n_sims=300, samples=4)
     se = calibration.mc_se(0.05, 300)
     assert max(rates[k] for k in ("false_call", "holm_3", "holm_6", "holm_55")) <= 0.05 + 2.5 * se, rates
     assert min(rates["gain_coverage"], rates["contrast_coverage"]) >= 0.95 - 2.5 * calibration.mc_se(0.95, 300), rates
