@@ -264,6 +264,6 @@ def plot_sequential_map(studies: dict[str, dict]) -> Figure:
     handles = [Line2D([], [], color=c, marker="o", ls="", label=d) for d, c in colours.items() if d != "another block"]
     versus = sorted({r["b"].split(".")[0] for r in rows})
     handles += [Line2D([], [], color="black", marker="os"[k % 2], ls="", label=f"minus {v}") for k, v in enumerate(versus)]
-    axes[-1].legend(handles=handles, fontsize=7, loc="upper left")
-    fig.tight_layout()
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=len(handles), frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # the legend below the panels, clear of every interval
     return fig
