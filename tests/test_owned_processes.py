@@ -14,7 +14,8 @@ The kill comes while the helper works: once two chunks are taken and not written
 ``.claim`` files without their parts: each process that generates holds one at most, so one is
 the helper's, which has loaded its model), the kernel is paused (SIGSTOP), so the probe cannot
 end before the kill (checked: its tables are not written); then the process of the role is
-killed and the kernel let go (SIGCONT).
+killed and the kernel let go (SIGCONT). A study that ends before two chunks are taken at once (the
+kernel took all three before its helper had loaded its model) is started again, up to ``STARTS``.
 """
 
 from __future__ import annotations
@@ -81,13 +82,23 @@ def taken(outputs: Path) -> list[Path]:
     return [c for c in outputs.glob("tiny/probe/*/*/work/*/*.claim") if not c.with_suffix(".parquet").exists()]
 
 
+#: studies started before the kill test gives up finding its scenario: on a busy machine the kernel
+#: can take all three chunks before its helper has loaded its model (a fresh clone's make test, 2026-11-28)
+STARTS = 3
+
+
+class StudyEnded(AssertionError):
+    """The study ended before what :func:`wait_for` waited for."""
+
+
 def wait_for(what: str, ready, proc: subprocess.Popen, timeout_s: float = 300):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = ready()
         if found:
             return found
-        assert proc.poll() is None, f"the study ended before {what}: {proc.stderr.read()}"
+        if proc.poll() is not None:
+            raise StudyEnded(f"the study ended before {what}: {proc.stderr.read()}")
         time.sleep(0.02)
     raise AssertionError(f"no {what} in {timeout_s} s")
 
@@ -118,9 +129,16 @@ def uninterrupted(tmp_path_factory) -> dict[str, pd.DataFrame]:
 @pytest.mark.e2e  # a study killed and rerun (30-50 s each on 2 cores)
 @pytest.mark.parametrize("role", ROLES)
 def test_kill_9_of_any_process_of_the_study_leaves_none_and_the_rerun_matches(role, tmp_path, uninterrupted):
-    outputs = tmp_path / "outputs"
-    proc = study(outputs)
-    wait_for("chunk taken by the helper", lambda: len(taken(outputs)) >= 2, proc)
+    for attempt in range(STARTS):  # the scenario needs the helper at work beside the kernel (module docstring)
+        outputs = tmp_path / f"outputs-{attempt}"
+        proc = study(outputs)
+        try:
+            wait_for("chunk taken by the helper", lambda: len(taken(outputs)) >= 2, proc)
+            break
+        except StudyEnded:  # the kernel took every chunk before the helper had its model: a busy machine
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    else:
+        pytest.fail(f"in {STARTS} studies the helper never held a chunk beside the kernel's")
     kernel = roles(outputs, proc.pid)["kernel"]
     os.kill(kernel, signal.SIGSTOP)  # the probe cannot end now
     try:

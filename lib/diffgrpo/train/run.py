@@ -321,9 +321,11 @@ def train_level(run: Run, i: int, lv: eprli.Level) -> bool:
 @contextlib.contextmanager
 def _named_if_the_folder_went(run: Run, tidy: Tidy):
     """A run folder deleted while TRL writes into it surfaces as a raw OSError from deep inside a
-    save, or from TensorBoard's writer thread (printed as an unhandled thread exception). Name it
-    as the run's loss, with what to do (:meth:`RunFolder.check_nothing_lost` raises when files of
-    the run are gone); any other error goes through as it is."""
+    save, as torch.save's RuntimeError ("Parent directory ... does not exist": the optimizer's save,
+    when the deletion lands between a checkpoint's folder and its files), or from TensorBoard's
+    writer thread (printed as an unhandled thread exception). Name it as the run's loss, with what
+    to do (:meth:`RunFolder.check_nothing_lost` raises when files of the run are gone); any other
+    error goes through as it is."""
     folder, before = str(run.folder.path), threading.excepthook
 
     def hook(args):  # TensorBoard's events file vanished with the folder: the main thread names it
@@ -333,7 +335,7 @@ def _named_if_the_folder_went(run: Run, tidy: Tidy):
     threading.excepthook = hook
     try:
         yield
-    except OSError:
+    except (OSError, RuntimeError):
         if run.is_main:
             run.folder.check_nothing_lost(run.saved | tidy.saved)
         raise
