@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from scipy import optimize, special, stats as sstats
+from scipy import optimize, special
 
 from diffgrpo.analysis.report import Scores, find_runs
 from diffgrpo.stats import ALPHA, POWER, calibration, pooling, power
@@ -76,13 +76,6 @@ MC_SE_MARGIN = 2.5
 MAX_POWER = 0.99
 
 
-def _phi2(t: float, rho: float) -> float:
-    """P(X < t, Y < t) for standard normals of correlation rho."""
-    if rho >= 1.0:
-        return float(sstats.norm.cdf(t))
-    return float(sstats.multivariate_normal([0, 0], [[1, rho], [rho, 1]], allow_singular=True).cdf([t, t]))
-
-
 def latent_model(comp: dict[str, float], acc: float) -> tuple[float, float, float]:
     """(r, q, seed_sd) of the 0/1 model (module docstring) whose null contrast of two arms at
     accuracy ``acc`` has the components ``comp`` (points^2): a run's per-prompt noise variance
@@ -91,10 +84,10 @@ def latent_model(comp: dict[str, float], acc: float) -> tuple[float, float, floa
     seed offsets (accuracy sd) give 2 sd^2 the seed's."""
     t = float(special.ndtri(acc))
     noise = comp["resid"] / 2e4
-    r = optimize.brentq(lambda r: acc - _phi2(t, 1 - r * r) - noise, 1e-4, 0.9999) if noise > 0 else 1e-4
-    same = _phi2(t, 1 - r * r)
+    r = optimize.brentq(lambda r: acc - calibration.phi2(t, 1 - r * r) - noise, 1e-4, 0.9999) if noise > 0 else 1e-4
+    same = calibration.phi2(t, 1 - r * r)
     qmax = 0.9999 * np.sqrt(1 - r * r)
-    gap = lambda q: same - _phi2(t, 1 - r * r - q * q) - comp["prompt"] / 2e4  # noqa: E731
+    gap = lambda q: same - calibration.phi2(t, 1 - r * r - q * q) - comp["prompt"] / 2e4  # noqa: E731
     q = 0.0 if comp["prompt"] <= 0 else (qmax if gap(qmax) < 0 else optimize.brentq(gap, 0.0, qmax))
     return r, q, float(np.sqrt(comp["seed"] / 2) / 100)
 

@@ -79,27 +79,29 @@ METHODS = ("pooled", "per contrast")
 KEYS = ["method", "seeds", "seed_sd_pp", "flip", "prompts", "samples", "n_sims"]  # a cell's identity in the table
 
 
+def phi2(t: float, rho: float) -> float:
+    """P(X < t, Y < t) for standard normals X, Y of correlation ``rho``."""
+    if rho >= 1.0:
+        return float(stats.norm.cdf(t))
+    return float(stats.multivariate_normal([0, 0], [[1, rho], [rho, 1]], allow_singular=True).cdf([t, t]))
+
+
+def _disagreement(tau: float, rho: float) -> float:
+    """The share of prompts on which 1[X < tau] and 1[Y < tau] differ, X and Y of correlation ``rho``."""
+    return 2 * (stats.norm.cdf(tau) - phi2(tau, rho))
+
+
 def noise_weight(flip: float, acc: float) -> float:
     """r such that a run's answer differs from the noiseless 1[z < Phi^-1(acc)] on a share ``flip`` of prompts."""
     tau = stats.norm.ppf(acc)
-
-    def disagree(r: float) -> float:
-        rho = np.sqrt(1 - r * r)
-        both = stats.multivariate_normal([0, 0], [[1, rho], [rho, 1]], allow_singular=True).cdf([tau, tau])
-        return 2 * (stats.norm.cdf(tau) - both) - flip
-    return optimize.brentq(disagree, 1e-6, 0.999)
+    return optimize.brentq(lambda r: _disagreement(tau, np.sqrt(1 - r * r)) - flip, 1e-6, 0.999)
 
 
 def sample_weight(disagree: float, acc: float) -> float:
     """q such that two samples of one run (module docstring) disagree on a share ``disagree`` of the
     prompts at accuracy ``acc``: 2 (acc - Phi2(t, t; 1 - q^2)) = disagree."""
     tau = stats.norm.ppf(acc)
-
-    def excess(q: float) -> float:
-        rho = 1 - q * q
-        both = stats.multivariate_normal([0, 0], [[1, rho], [rho, 1]], allow_singular=True).cdf([tau, tau])
-        return 2 * (stats.norm.cdf(tau) - both) - disagree
-    return optimize.brentq(excess, 1e-6, 0.999)
+    return optimize.brentq(lambda q: _disagreement(tau, 1 - q * q) - disagree, 1e-6, 0.999)
 
 
 def _scored(rng, latent: np.ndarray, tau: np.ndarray, q: float, k: int) -> np.ndarray:
